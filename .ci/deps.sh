@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what remat needs from Debian's packages, only what is missing (apt-get, as root;
+# through sudo when not root). Usage: bash .ci/deps.sh [build] [torch]
+set -euo pipefail
+want=()
+for what in "${@:-build}"; do
+  case "$what" in
+    build) want+=(ca-certificates cmake make g++ libeigen3-dev libopenblas-dev catch2
+                  libcli11-dev nlohmann-json3-dev) ;;
+    torch) want+=(python3 python3-torch libopenblas0-pthread) ;;
+    *) echo "deps.sh: unknown group '$what' (expected build or torch)" >&2; exit 2 ;;
+  esac
+done
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "remat: installing ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; else
+  echo "remat: missing packages ${missing[*]}; run as root or install them with apt-get" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

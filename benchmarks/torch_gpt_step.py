@@ -1,0 +1,232 @@
+"""PyTorch twin of remat's `gpt_step` benchmark.
+
+Builds the same GPT-2 style model (pre-LN blocks, tied LM head, fp32, no
+dropout), times full training steps (forward, backward, optimizer step,
+zero_grad) on fixed random tokens, and prints one JSON line to stdout.
+
+Run (use the system interpreter that has torch):
+    /usr/bin/python3 benchmarks/torch_gpt_step.py --layers 8 --d 256 --heads 4 \
+        --seq 256 --batch 4 --vocab 256 --steps 10 --warmup 3 --threads 1 \
+        [--optimizer adamw|sgd] [--checkpoint none|block]
+"""
+import os
+import sys
+
+
+def _early_threads(argv):
+    """Read --threads from argv before torch is imported (default 1)."""
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return "1"
+
+
+# Thread counts must be fixed in the environment before torch loads its BLAS.
+_THREADS = _early_threads(sys.argv[1:])
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = _THREADS
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torch.utils.checkpoint  # noqa: E402
+
+
+def proc_status_bytes(field):
+    """Value of a kB field (VmRSS, VmHWM, ...) of /proc/self/status, in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+# Resident set size after imports, before any model memory exists.
+RSS_BEFORE = proc_status_bytes("VmRSS")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        H, D = self.heads, C // self.heads
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        # (B, T, C) -> (B, H, T, D)
+        q = q.view(B, T, H, D).transpose(1, 2)
+        k = k.view(B, T, H, D).transpose(1, 2)
+        v = v.view(B, T, H, D).transpose(1, 2)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+        att = F.softmax(scores, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.c_fc = nn.Linear(d, 4 * d)
+        self.c_proj = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d, eps=1e-5)
+        self.attn = CausalSelfAttention(d, heads)
+        self.ln_2 = nn.LayerNorm(d, eps=1e-5)
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, d, heads, seq, vocab, checkpoint):
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(seq, d)
+        self.h = nn.ModuleList([Block(d, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d, eps=1e-5)
+        self._init(layers)
+
+    def _init(self, layers):
+        # GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2L).
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
+            elif name.startswith(("wte", "wpe")) or (
+                    name.endswith(".weight") and p.dim() == 2):
+                nn.init.normal_(p, 0.0, 0.02)
+            elif "ln_" in name and name.endswith(".weight"):
+                nn.init.ones_(p)
+            else:  # all biases
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        pos = torch.arange(T, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            if self.checkpoint == "block":
+                x = torch.utils.checkpoint.checkpoint(
+                    block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        x = self.ln_f(x)
+        logits = x @ self.wte.weight.t()  # tied LM head
+        return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--checkpoint", choices=["none", "block"], default="none")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    if args.d % args.heads != 0:
+        ap.error("--d must be divisible by --heads")
+    if args.steps < 1:
+        ap.error("--steps must be >= 1")
+
+    torch.set_num_threads(args.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already set (interop pool started)
+
+    torch.manual_seed(args.seed)
+    model = GPT(args.layers, args.d, args.heads, args.seq, args.vocab,
+                args.checkpoint)
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+
+    if args.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr,
+                                betas=(0.9, 0.999), eps=1e-8,
+                                weight_decay=0.01)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+    # Fixed random data, made once.
+    gen = torch.Generator().manual_seed(args.seed)
+    idx = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen)
+    tgt = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen)
+
+    def step():
+        loss = model(idx, tgt)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    losses = []
+    for _ in range(args.warmup):
+        losses.append(step())
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        losses.append(step())
+        times.append(time.perf_counter() - t0)
+
+    median = statistics.median(times)
+    rss_peak = proc_status_bytes("VmHWM")
+    print(json.dumps({
+        "impl": "pytorch",
+        "torch_version": torch.__version__,
+        "threads": args.threads,
+        "layers": args.layers,
+        "d": args.d,
+        "heads": args.heads,
+        "seq": args.seq,
+        "batch": args.batch,
+        "vocab": args.vocab,
+        "checkpoint": args.checkpoint,
+        "optimizer": args.optimizer,
+        "steps": args.steps,
+        "step_s": median,
+        "step_s_min": min(times),
+        "step_s_max": max(times),
+        "tokens_per_s": args.batch * args.seq / median,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "rss_before_bytes": RSS_BEFORE,
+        "rss_peak_bytes": rss_peak,
+        "rss_growth_bytes": rss_peak - RSS_BEFORE,
+        "params": params,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// CPU backend, part 5: optimizer updates and gradient-norm helpers, one pass over each tensor.
+
+#include <cmath>
+#include <cstdint>
+
+#include "remat/backend/cpu/memory.hpp"
+
+namespace remat {
+namespace cpu {
+
+struct CpuOptim {
+  // AdamW (Loshchilov & Hutter), as torch.optim.AdamW:
+  //   p -= lr wd p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+  //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps),  bc_i = 1 - b_i^t
+  static void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, float lr,
+                           float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    const float step = lr / bc1, sbc2 = std::sqrt(bc2), decay = 1.0f - lr * wd;
+    parallel_for(n, 16384, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        p[i] *= decay;
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        p[i] -= step * m[i] / (std::sqrt(v[i]) / sbc2 + eps);
+      }
+    });
+  }
+  // SGD with momentum, as torch.optim.SGD (dampening 0):
+  //   g' = g + wd p;  buf = first ? g' : mu buf + g';  p -= lr (nesterov ? g' + mu buf : buf)
+  static void sgd_update(float* p, const float* g, float* buf, std::int64_t n, float lr, float mu,
+                         float wd, bool nesterov, bool first) {
+    parallel_for(n, 16384, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const float gi = g[i] + wd * p[i];
+        if (!buf) {
+          p[i] -= lr * gi;
+          continue;
+        }
+        buf[i] = first ? gi : mu * buf[i] + gi;
+        p[i] -= lr * (nesterov ? gi + mu * buf[i] : buf[i]);
+      }
+    });
+  }
+  /// sum of x^2 in double (serial: deterministic)
+  static double sum_squares(const float* x, std::int64_t n) {
+    double s = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+    return s;
+  }
+  static void scale(float* x, std::int64_t n, float s) {
+    parallel_for(n, 16384, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) x[i] *= s;
+    });
+  }
+};
+
+}  // namespace cpu
+}  // namespace remat

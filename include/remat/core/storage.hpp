@@ -1,0 +1,63 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Storage<B>: one buffer of backend B. Allocation, free and category changes all go through
+// the ledger, so memory_stats<B>() is exact. Not copyable; tensors share it via shared_ptr.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "remat/core/memory.hpp"
+
+namespace remat {
+
+template <class B>
+class Storage {
+ public:
+  Storage(std::size_t bytes, Category c) : bytes_(bytes), category_(c) {
+    ptr_ = bytes ? B::allocate(bytes) : nullptr;
+    detail::ledger<B>().on_alloc(c, static_cast<std::int64_t>(bytes));
+  }
+  ~Storage() {
+    if (ptr_) B::deallocate(ptr_, bytes_);
+    detail::ledger<B>().on_free(category_, static_cast<std::int64_t>(bytes_));
+  }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const noexcept { return ptr_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  Category category() const noexcept { return category_; }
+
+  /// Moves the buffer's bytes to another category in the ledger.
+  void set_category(Category c) noexcept {
+    if (c == category_) return;
+    detail::ledger<B>().on_move(category_, c, static_cast<std::int64_t>(bytes_));
+    category_ = c;
+  }
+
+  // NOTE [saved activations]: a recorded op that keeps this buffer for its backward calls
+  // retain_saved(); the first such op turns a Temporary into an Activation, the last release
+  // turns it back. Parameters and other categories keep their category when saved.
+  void retain_saved() noexcept {
+    if (saved_refs_++ == 0 && category_ == Category::temporaries) {
+      set_category(Category::activations);
+      promoted_ = true;
+    }
+  }
+  void release_saved() noexcept {
+    if (--saved_refs_ == 0 && promoted_) {
+      set_category(Category::temporaries);
+      promoted_ = false;
+    }
+  }
+  int saved_refs() const noexcept { return saved_refs_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+  Category category_;
+  int saved_refs_ = 0;
+  bool promoted_ = false;
+};
+
+}  // namespace remat

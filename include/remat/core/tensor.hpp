@@ -1,0 +1,165 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Tensor<B>: a handle (shared) to a dense, contiguous, row-major array on backend B.
+// A tensor belongs to one Tape (tape.hpp): ops find their tape through their inputs, so there
+// is no global "current graph". Reshape shares storage; every other op writes a new buffer.
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "remat/core/dtype.hpp"
+#include "remat/core/error.hpp"
+#include "remat/core/shape.hpp"
+#include "remat/core/storage.hpp"
+
+namespace remat {
+
+template <class B>
+class Tape;
+
+/// Index of a recorded tensor's gradient slot on its tape; -1 for leaves.
+using TensorId = std::int64_t;
+
+template <class B>
+struct TensorImpl {
+  std::shared_ptr<Storage<B>> storage;
+  Shape shape;
+  DType dtype = DType::f32;
+  Tape<B>* tape = nullptr;
+  bool requires_grad = false;
+  TensorId id = -1;              // gradient slot, set when an op that produced it was recorded
+  std::uint64_t epoch = 0;       // the tape epoch `id` belongs to (stale after backward)
+  std::shared_ptr<Storage<B>> grad;  // accumulated gradient of a leaf (parameters, inputs)
+  std::string name;              // optional tag (remat::tag), used by checkpoint policies
+};
+
+template <class B>
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl<B>> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const noexcept { return impl_ != nullptr; }
+  const Shape& shape() const { return get().shape; }
+  int rank() const { return get().shape.rank(); }
+  std::int64_t size(int i) const { return get().shape[i]; }
+  std::int64_t numel() const { return get().shape.numel(); }
+  DType dtype() const { return get().dtype; }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype()); }
+  Tape<B>& tape() const { return *get().tape; }
+  bool requires_grad() const { return get().requires_grad; }
+  /// A leaf is a tensor no recorded op produced: parameters, inputs, constants.
+  bool is_leaf() const { return get().id < 0; }
+  const std::string& name() const { return get().name; }
+  Category category() const { return get().storage->category(); }
+
+  /// Backend pointer to the elements (a host pointer on the CPU backend).
+  template <class T>
+  T* data() const {
+    REMAT_CHECK(dtype_of<T>::value == dtype(), "remat::Tensor::data: element type is ",
+                dtype_name(dtype()), ", asked for ", dtype_name(dtype_of<T>::value));
+    return static_cast<T*>(get().storage->data());
+  }
+  const std::shared_ptr<Storage<B>>& storage() const { return get().storage; }
+
+  /// Copies the elements to the host.
+  template <class T = float>
+  std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<std::size_t>(numel()));
+    if (!out.empty()) B::copy_to_host(out.data(), data<T>(), bytes());
+    return out;
+  }
+  /// The value of a one-element tensor.
+  float item() const {
+    REMAT_CHECK(numel() == 1, "remat::Tensor::item: tensor has shape ", shape().str(),
+                "; item() needs exactly one element (reduce with sum() or mean() first)");
+    return to_vector<float>()[0];
+  }
+
+  /// The accumulated gradient of a leaf; an undefined tensor if none has been computed.
+  Tensor grad() const {
+    const auto& g = get().grad;
+    if (!g) return Tensor();
+    auto impl = std::make_shared<TensorImpl<B>>();
+    impl->storage = g;
+    impl->shape = get().shape;
+    impl->dtype = get().dtype;
+    impl->tape = get().tape;
+    return Tensor(std::move(impl));
+  }
+  /// Drops the gradient buffer (the next backward allocates a zeroed one).
+  void clear_grad() const { get().grad.reset(); }
+  void set_requires_grad(bool on) const {
+    REMAT_CHECK(is_leaf(), "remat::Tensor::set_requires_grad: only leaves can change it; this "
+                "tensor was produced by a recorded op (hint: use detach())");
+    get().requires_grad = on;
+  }
+
+  TensorImpl<B>* impl() const noexcept { return impl_.get(); }
+  const std::shared_ptr<TensorImpl<B>>& impl_ptr() const noexcept { return impl_; }
+  bool same(const Tensor& o) const noexcept { return impl_ == o.impl_; }
+
+ private:
+  TensorImpl<B>& get() const {
+    REMAT_CHECK(impl_ != nullptr, "remat::Tensor: use of an undefined (default-constructed) "
+                "tensor (hint: was it assigned the result of an op?)");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl<B>> impl_;
+};
+
+namespace detail {
+
+/// A new tensor on `tape` with fresh, uninitialized storage of category `c`.
+template <class B>
+Tensor<B> make_tensor(Tape<B>* tape, const Shape& shape, DType dt = DType::f32,
+                      Category c = Category::temporaries) {
+  auto impl = std::make_shared<TensorImpl<B>>();
+  impl->storage = std::make_shared<Storage<B>>(
+      static_cast<std::size_t>(shape.numel()) * dtype_size(dt), c);
+  impl->shape = shape;
+  impl->dtype = dt;
+  impl->tape = tape;
+  return Tensor<B>(std::move(impl));
+}
+template <class B>
+Tensor<B> empty_like(const Tensor<B>& t) {
+  return make_tensor<B>(&t.tape(), t.shape(), t.dtype());
+}
+template <class B>
+Tensor<B> zeros_like(const Tensor<B>& t) {
+  auto z = empty_like(t);
+  B::fill(z.template data<float>(), z.numel(), 0.0f);
+  return z;
+}
+/// A tensor sharing `t`'s storage under another shape (same element count).
+template <class B>
+Tensor<B> alias(const Tensor<B>& t, const Shape& shape) {
+  auto impl = std::make_shared<TensorImpl<B>>();
+  impl->storage = t.storage();
+  impl->shape = shape;
+  impl->dtype = t.dtype();
+  impl->tape = &t.tape();
+  return Tensor<B>(std::move(impl));
+}
+
+}  // namespace detail
+
+/// Returns a leaf sharing x's storage that no gradient flows through.
+template <class B>
+Tensor<B> detach(const Tensor<B>& x) {
+  return detail::alias(x, x.shape());
+}
+
+/// Gives x a name that checkpoint policies can select (remat::policy::save_names).
+template <class B>
+Tensor<B> tag(const Tensor<B>& x, std::string name) {
+  x.impl()->name = std::move(name);
+  return x;
+}
+
+}  // namespace remat

@@ -1,0 +1,69 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Causal multi-head self-attention, GPT-2 layout: c_attn (C -> 3C), heads, c_proj (C -> C).
+
+#include <cstdint>
+
+#include "remat/nn/layers.hpp"
+#include "remat/ops/attention.hpp"
+#include "remat/ops/dropout.hpp"
+#include "remat/ops/view.hpp"
+
+namespace remat {
+namespace nn {
+
+template <class B>
+class CausalSelfAttention : public Module<B> {
+ public:
+  /// proj_std: the init std of c_proj (GPT-2 scales it by 1/sqrt(2 n_layer)).
+  CausalSelfAttention(Tape<B>& tape, std::int64_t C, std::int64_t n_head, float std,
+                      float proj_std, float dropout, std::uint64_t seed)
+      : c_attn(tape, C, 3 * C, std, seed), c_proj(tape, C, C, proj_std, seed + 1),
+        n_head_(n_head), dropout_(dropout) {
+    REMAT_CHECK(n_head > 0 && C % n_head == 0, "remat::nn::CausalSelfAttention: n_embd ", C,
+                " is not divisible by n_head ", n_head, " (expected head size = n_embd / n_head)");
+    this->add_module("c_attn", c_attn);
+    this->add_module("c_proj", c_proj);
+  }
+
+  // x (B, T, C) -> (B, T, C)
+  Tensor<B> operator()(const Tensor<B>& x, bool training = true) const {
+    const std::int64_t Bn = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
+    auto qkv = split(c_attn(x), -1, {C, C, C});  // 3 x (B, T, C)
+    auto heads = [&](const Tensor<B>& t) {       // (B, T, C) -> (B, H, T, D)
+      return permute(reshape(t, {Bn, T, H, D}), {0, 2, 1, 3});
+    };
+    auto y = attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*causal=*/true);
+    y = reshape(permute(y, {0, 2, 1, 3}), {Bn, T, C});  // (B, H, T, D) -> (B, T, C)
+    return dropout(c_proj(y), dropout_, training);
+  }
+
+  Linear<B> c_attn, c_proj;
+
+ private:
+  std::int64_t n_head_;
+  float dropout_;
+};
+
+/// GPT-2 MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout.
+template <class B>
+class MLP : public Module<B> {
+ public:
+  MLP(Tape<B>& tape, std::int64_t C, float std, float proj_std, float dropout, std::uint64_t seed)
+      : c_fc(tape, C, 4 * C, std, seed), c_proj(tape, 4 * C, C, proj_std, seed + 1),
+        dropout_(dropout) {
+    this->add_module("c_fc", c_fc);
+    this->add_module("c_proj", c_proj);
+  }
+  // x (B, T, C) -> (B, T, C)
+  Tensor<B> operator()(const Tensor<B>& x, bool training = true) const {
+    return dropout(c_proj(gelu(c_fc(x))), dropout_, training);
+  }
+  Linear<B> c_fc, c_proj;
+
+ private:
+  float dropout_;
+};
+
+}  // namespace nn
+}  // namespace remat

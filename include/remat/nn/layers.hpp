@@ -1,0 +1,50 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// The basic layers: Linear (GPT-2 "Conv1D" layout, weight [in, out]), LayerNorm, Embedding.
+
+#include <cstdint>
+
+#include "remat/nn/module.hpp"
+#include "remat/ops/embedding.hpp"
+#include "remat/ops/layer_norm.hpp"
+#include "remat/ops/matmul.hpp"
+
+namespace remat {
+namespace nn {
+
+/// y = x W + b with W [in, out] (as GPT-2 stores it), b [out]. Weights N(0, std^2), bias 0.
+template <class B>
+class Linear : public Module<B> {
+ public:
+  Linear(Tape<B>& tape, std::int64_t in, std::int64_t out, float std, std::uint64_t seed)
+      : weight(this->add_parameter("weight", init::normal(tape, {in, out}, std, seed))),
+        bias(this->add_parameter("bias", init::constant(tape, {out}, 0.0f))) {}
+  Tensor<B> operator()(const Tensor<B>& x) const { return linear(x, weight, bias); }
+  Tensor<B> weight, bias;
+};
+
+/// Layer norm over the last axis: weight 1, bias 0, eps 1e-5 (GPT-2).
+template <class B>
+class LayerNorm : public Module<B> {
+ public:
+  LayerNorm(Tape<B>& tape, std::int64_t C, float eps_ = 1e-5f)
+      : weight(this->add_parameter("weight", init::constant(tape, {C}, 1.0f))),
+        bias(this->add_parameter("bias", init::constant(tape, {C}, 0.0f))),
+        eps(eps_) {}
+  Tensor<B> operator()(const Tensor<B>& x) const { return layer_norm(x, weight, bias, eps); }
+  Tensor<B> weight, bias;
+  float eps;
+};
+
+/// A table of `rows` vectors of size C, looked up by integer ids.
+template <class B>
+class Embedding : public Module<B> {
+ public:
+  Embedding(Tape<B>& tape, std::int64_t rows, std::int64_t C, float std, std::uint64_t seed)
+      : weight(this->add_parameter("weight", init::normal(tape, {rows, C}, std, seed))) {}
+  Tensor<B> operator()(const Tensor<B>& ids) const { return embedding(weight, ids); }
+  Tensor<B> weight;
+};
+
+}  // namespace nn
+}  // namespace remat

@@ -1,0 +1,73 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Module: a set of named parameters. Children's parameters are copied in under a prefix at
+// construction ("h.0.attn.c_attn.weight"), so the names follow the Hugging Face GPT-2 layout and
+// a module can be moved or stored in a vector freely (tensors are shared handles).
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "remat/core/rng.hpp"
+#include "remat/core/tape.hpp"
+
+namespace remat {
+namespace nn {
+
+template <class B>
+class Module {
+ public:
+  using NamedTensor = std::pair<std::string, Tensor<B>>;
+
+  const std::vector<NamedTensor>& named_parameters() const noexcept { return params_; }
+  std::vector<Tensor<B>> parameters() const {
+    std::vector<Tensor<B>> out;
+    for (const auto& p : params_) out.push_back(p.second);
+    return out;
+  }
+  /// The parameter called `name`; throws with the known names' count if there is none.
+  Tensor<B> parameter(const std::string& name) const {
+    for (const auto& p : params_)
+      if (p.first == name) return p.second;
+    REMAT_CHECK(false, "remat::nn::Module::parameter: no parameter named '", name, "' among ",
+                params_.size(), " (names follow the GPT-2 layout, e.g. 'h.0.ln_1.weight')");
+    return Tensor<B>();
+  }
+  std::int64_t num_parameters() const {
+    std::int64_t n = 0;
+    for (const auto& p : params_) n += p.second.numel();
+    return n;
+  }
+
+ protected:
+  Tensor<B> add_parameter(const std::string& name, Tensor<B> t) {
+    params_.emplace_back(name, t);
+    return t;
+  }
+  template <class M>
+  void add_module(const std::string& prefix, const M& child) {
+    for (const auto& p : child.named_parameters()) params_.emplace_back(prefix + "." + p.first, p.second);
+  }
+
+ private:
+  std::vector<NamedTensor> params_;
+};
+
+namespace init {
+/// A parameter of N(0, std^2) draws, reproducible from `seed` on every backend.
+template <class B>
+Tensor<B> normal(Tape<B>& tape, const Shape& shape, float std, std::uint64_t seed) {
+  std::vector<float> h(static_cast<std::size_t>(shape.numel()));
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = std * rng::normal(seed, 0x1417, i);
+  return tape.parameter(shape, h);
+}
+/// A parameter filled with `value`.
+template <class B>
+Tensor<B> constant(Tape<B>& tape, const Shape& shape, float value) {
+  return tape.parameter(shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), value));
+}
+}  // namespace init
+
+}  // namespace nn
+}  // namespace remat

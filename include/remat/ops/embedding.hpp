@@ -1,0 +1,55 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Embedding lookup: rows of a table gathered by integer ids; backward scatter-adds.
+
+#include <array>
+
+#include "remat/core/apply.hpp"
+
+namespace remat {
+
+// y[i, :] = w[ids[i], :].   dw[ids[i], :] += dy[i, :]
+struct EmbeddingOp {
+  static constexpr const char* name = "embedding";
+  template <class B>
+  struct Saved {
+    std::int64_t n = 0, C = 0;
+    Tensor<B> ids;
+    template <class F> void each(F f) const { f(ids); }
+  };
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& w, const Tensor<B>& ids) {
+    detail::check_f32(name, "table", w);
+    REMAT_CHECK(w.rank() == 2, "remat::embedding: table is ", w.shape().str(),
+                " (expected [rows, C])");
+    REMAT_CHECK(ids.dtype() == DType::i32, "remat::embedding: ids must be i32, found ",
+                dtype_name(ids.dtype()), " (hint: make them with tape.tokens)");
+    detail::check_nonempty(name, "ids", ids);
+    s.n = ids.numel();
+    s.C = w.size(1);
+    std::int32_t lo = 0, hi = 0;
+    B::minmax_i32(ids.template data<std::int32_t>(), s.n, lo, hi);
+    REMAT_CHECK(lo >= 0 && hi < w.size(0), "remat::embedding: id ", (lo < 0 ? lo : hi),
+                " is out of range for a table of ", w.size(0), " rows (expected 0 <= id < ",
+                w.size(0), "; is the vocabulary too small for the data?)");
+    Shape out = ids.shape();
+    out.push_back(s.C);
+    auto y = detail::make_tensor<B>(&w.tape(), out);
+    B::embedding_forward(y.template data<float>(), w.template data<float>(),
+                         ids.template data<std::int32_t>(), s.n, s.C);
+    s.ids = ids;
+    return y;
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+    B::embedding_backward(dinp[0].template data<float>(), dout.template data<float>(),
+                          s.ids.template data<std::int32_t>(), s.n, s.C);
+  }
+};
+
+/// Rows of `table` (rows, C) picked by integer `ids` (...) -> (..., C).
+template <class B> Tensor<B> embedding(const Tensor<B>& table, const Tensor<B>& ids) {
+  return detail::apply<EmbeddingOp>(std::array<Tensor<B>, 2>{table, ids});
+}
+
+}  // namespace remat

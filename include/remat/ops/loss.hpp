@@ -1,0 +1,61 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Cross-entropy fused with log-softmax over class logits, averaged over tokens.
+
+#include <array>
+
+#include "remat/core/apply.hpp"
+
+namespace remat {
+
+// loss = mean_i (lse_i - x[i, t_i]),  lse_i = log sum_j exp x[i, j]
+// dx[i, j] = dloss (softmax(x_i)_j - [j == t_i]) / N
+struct CrossEntropyOp {
+  static constexpr const char* name = "cross_entropy";
+  template <class B>
+  struct Saved {
+    std::int64_t N = 0, V = 0;
+    Tensor<B> logits, targets, lse;
+    template <class F> void each(F f) const { f(logits); f(targets); f(lse); }
+  };
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& logits, const Tensor<B>& targets) {
+    detail::check_f32(name, "logits", logits);
+    detail::check_nonempty(name, "logits", logits);
+    REMAT_CHECK(targets.dtype() == DType::i32, "remat::cross_entropy: targets must be i32 class "
+                "indices, found ", dtype_name(targets.dtype()), " (hint: make them with tape.tokens)");
+    s.V = logits.shape()[-1];
+    s.N = logits.numel() / s.V;
+    REMAT_CHECK(targets.numel() == s.N && targets.shape() == logits.shape().sub(0, logits.rank() - 1),
+                "remat::cross_entropy: logits are ", logits.shape().str(), ", targets are ",
+                targets.shape().str(), " (expected targets ",
+                logits.shape().sub(0, logits.rank() - 1).str(), ": one class per row of logits)");
+    std::int32_t lo = 0, hi = 0;
+    B::minmax_i32(targets.template data<std::int32_t>(), s.N, lo, hi);
+    REMAT_CHECK(lo >= 0 && hi < s.V, "remat::cross_entropy: target ", (lo < 0 ? lo : hi),
+                " is out of range for ", s.V, " classes (expected 0 <= target < ", s.V, ")");
+    s.lse = detail::make_tensor<B>(&logits.tape(), Shape{s.N});
+    const float loss = B::cross_entropy_forward(s.lse.template data<float>(),
+                                                logits.template data<float>(),
+                                                targets.template data<std::int32_t>(), s.N, s.V);
+    auto out = detail::make_tensor<B>(&logits.tape(), Shape{});
+    B::fill(out.template data<float>(), 1, loss);
+    s.logits = logits;
+    s.targets = targets;
+    return out;
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+    const float g = dout.item();
+    B::cross_entropy_backward(dinp[0].template data<float>(), s.logits.template data<float>(),
+                              s.lse.template data<float>(), s.targets.template data<std::int32_t>(),
+                              s.N, s.V, g / static_cast<float>(s.N));
+  }
+};
+
+/// Mean cross-entropy of logits (..., V) against integer targets (...).
+template <class B> Tensor<B> cross_entropy(const Tensor<B>& logits, const Tensor<B>& targets) {
+  return detail::apply<CrossEntropyOp>(std::array<Tensor<B>, 2>{logits, targets});
+}
+
+}  // namespace remat

@@ -1,0 +1,169 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Matrix products: matmul (2-D and batched, with transposes) and linear (x W + b, fused).
+
+#include <array>
+
+#include "remat/core/apply.hpp"
+
+namespace remat {
+namespace detail {
+
+// The GEMM layout of C = op(A) op(B) over `batch` matrices: op(A) is (M, K), op(B) is (K, N).
+struct MatmulPlan {
+  bool ta = false, tb = false;
+  std::int64_t batch = 1, M = 0, N = 0, K = 0;
+  std::int64_t sa = 0, sb = 0, sc = 0;  // batch strides (sb = 0: B shared by every batch)
+  std::int64_t lda() const { return ta ? M : K; }
+  std::int64_t ldb() const { return tb ? K : N; }
+};
+
+inline MatmulPlan plan_matmul(const Shape& a, const Shape& b, bool ta, bool tb, Shape& out) {
+  REMAT_CHECK(a.rank() >= 2 && b.rank() >= 2, "remat::matmul: needs matrices: a is ", a.str(),
+              ", b is ", b.str(), " (expected rank >= 2 for both; reshape a vector to [1, n])");
+  MatmulPlan p;
+  p.ta = ta;
+  p.tb = tb;
+  p.M = ta ? a[-1] : a[-2];
+  p.K = ta ? a[-2] : a[-1];
+  const std::int64_t kb = tb ? b[-1] : b[-2];
+  p.N = tb ? b[-2] : b[-1];
+  REMAT_CHECK(p.K == kb, "remat::matmul: inner dimensions differ: a is ", a.str(),
+              (ta ? " (transposed)" : ""), ", b is ", b.str(), (tb ? " (transposed)" : ""),
+              "; op(a) has ", p.K, " columns but op(b) has ", kb, " rows");
+  if (b.rank() == 2) {
+    p.batch = a.prod(0, a.rank() - 2);
+    if (!ta) {  // fold the batch into M: one large GEMM
+      p.M *= p.batch;
+      p.batch = 1;
+    }
+  } else {
+    REMAT_CHECK(a.rank() == b.rank() && a.sub(0, a.rank() - 2) == b.sub(0, b.rank() - 2),
+                "remat::matmul: batch dimensions differ: a is ", a.str(), ", b is ", b.str(),
+                " (expected equal leading dimensions, or b of rank 2 shared by every batch)");
+    p.batch = a.prod(0, a.rank() - 2);
+    p.sb = b[-1] * b[-2];
+  }
+  p.sa = a[-1] * a[-2];
+  p.sc = (ta ? a[-1] : a[-2]) * p.N;
+  out = a.sub(0, a.rank() - 2);
+  out.push_back(ta ? a[-1] : a[-2]);
+  out.push_back(p.N);
+  return p;
+}
+
+}  // namespace detail
+
+// C = op(A) op(B).
+//   dA = dC op(B)^T  (stored transposed when ta: dA = op(B) dC^T)
+//   dB = op(A)^T dC  (stored transposed when tb: dB = dC^T op(A))
+struct MatmulOp {
+  static constexpr const char* name = "matmul";
+  template <class B>
+  struct Saved {
+    detail::MatmulPlan p;
+    Tensor<B> a, b;
+    template <class F> void each(F f) const { f(a); f(b); }
+  };
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& b, bool ta, bool tb) {
+    detail::check_f32("matmul", "a", a);
+    detail::check_f32("matmul", "b", b);
+    Shape out;
+    s.p = detail::plan_matmul(a.shape(), b.shape(), ta, tb, out);
+    auto c = detail::make_tensor<B>(&a.tape(), out);
+    const auto& p = s.p;
+    B::gemm_batched(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a.template data<float>(), p.lda(), p.sa,
+                    b.template data<float>(), p.ldb(), p.sb, 0.0f, c.template data<float>(), p.N,
+                    p.sc, p.batch);
+    if (b.requires_grad()) s.a = a;
+    if (a.requires_grad()) s.b = b;
+    return c;
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+    const auto& p = s.p;
+    const float* dc = dout.template data<float>();
+    if (dinp[0].defined()) {
+      float* da = dinp[0].template data<float>();
+      const float* b = s.b.template data<float>();
+      if (!p.ta)
+        B::gemm_batched(false, !p.tb, p.M, p.K, p.N, 1.0f, dc, p.N, p.sc, b, p.ldb(), p.sb, 1.0f,
+                        da, p.K, p.sa, p.batch);
+      else
+        B::gemm_batched(p.tb, true, p.K, p.M, p.N, 1.0f, b, p.ldb(), p.sb, dc, p.N, p.sc, 1.0f,
+                        da, p.M, p.sa, p.batch);
+    }
+    if (dinp[1].defined()) {
+      float* db = dinp[1].template data<float>();
+      const float* a = s.a.template data<float>();
+      if (!p.tb)
+        B::gemm_batched(!p.ta, false, p.K, p.N, p.M, 1.0f, a, p.lda(), p.sa, dc, p.N, p.sc, 1.0f,
+                        db, p.N, p.sb, p.batch);
+      else
+        B::gemm_batched(true, p.ta, p.N, p.K, p.M, 1.0f, dc, p.N, p.sc, a, p.lda(), p.sa, 1.0f,
+                        db, p.K, p.sb, p.batch);
+    }
+  }
+};
+
+// y (R, out) = x (R, in) W (in, out) + b (out)   [W in the GPT-2 "Conv1D" layout]
+//   dx += dy W^T;  dW += x^T dy;  db += sum_rows dy
+struct LinearOp {
+  static constexpr const char* name = "linear";
+  template <class B>
+  struct Saved {
+    std::int64_t rows = 0, in = 0, out = 0;
+    Tensor<B> x, w;
+    template <class F> void each(F f) const { f(x); f(w); }
+  };
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, const Tensor<B>& w,
+                           const Tensor<B>& b) {
+    detail::check_f32("linear", "x", x);
+    detail::check_f32("linear", "weight", w);
+    REMAT_CHECK(w.rank() == 2 && x.rank() >= 1 && x.shape()[-1] == w.size(0),
+                "remat::linear: x is ", x.shape().str(), ", weight is ", w.shape().str(),
+                " (expected weight [in, out] with in = the last dimension of x)");
+    REMAT_CHECK(b.shape() == Shape{w.size(1)}, "remat::linear: bias is ", b.shape().str(),
+                ", expected [", w.size(1), "] to match weight ", w.shape().str());
+    s.in = w.size(0);
+    s.out = w.size(1);
+    s.rows = x.numel() / (s.in ? s.in : 1);
+    auto y = detail::make_tensor<B>(&x.tape(), x.shape().with(-1, s.out));
+    float* yp = y.template data<float>();
+    const float* bp = b.template data<float>();
+    B::broadcast_rows(yp, bp, s.rows, s.out);
+    B::gemm(false, false, s.rows, s.out, s.in, 1.0f, x.template data<float>(), s.in,
+            w.template data<float>(), s.out, 1.0f, yp, s.out);
+    if (w.requires_grad()) s.x = x;
+    if (x.requires_grad()) s.w = w;
+    return y;
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+    const float* dy = dout.template data<float>();
+    if (dinp[0].defined())
+      B::gemm(false, true, s.rows, s.in, s.out, 1.0f, dy, s.out, s.w.template data<float>(),
+              s.out, 1.0f, dinp[0].template data<float>(), s.in);
+    if (dinp[1].defined())
+      B::gemm(true, false, s.in, s.out, s.rows, 1.0f, s.x.template data<float>(), s.in, dy, s.out,
+              1.0f, dinp[1].template data<float>(), s.out);
+    if (dinp[2].defined())
+      B::binary_backward(math::BinaryKind::add, nullptr, dinp[2].template data<float>(), dy, dy,
+                         dy, s.rows, s.out, false, true);
+  }
+};
+
+/// op(a) op(b) with op = transpose when ta / tb. a (..., M, K), b (K, N) or (..., K, N).
+template <class B>
+Tensor<B> matmul(const Tensor<B>& a, const Tensor<B>& b, bool ta = false, bool tb = false) {
+  return detail::apply<MatmulOp>(std::array<Tensor<B>, 2>{a, b}, ta, tb);
+}
+/// x (..., in) w (in, out) + bias (out) -> (..., out), one GEMM.
+template <class B>
+Tensor<B> linear(const Tensor<B>& x, const Tensor<B>& w, const Tensor<B>& bias) {
+  return detail::apply<LinearOp>(std::array<Tensor<B>, 3>{x, w, bias});
+}
+
+}  // namespace remat

@@ -1,0 +1,69 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// AdamW: Adam with decoupled weight decay (matches torch.optim.AdamW).
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "remat/core/tape.hpp"
+#include "remat/optim/grad.hpp"
+
+namespace remat {
+namespace optim {
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+
+template <class B>
+class AdamW {
+ public:
+  AdamW(std::vector<Tensor<B>> params, AdamWOptions o) : params_(std::move(params)), opt_(o) {
+    REMAT_CHECK(o.lr >= 0.0f && o.beta1 >= 0.0f && o.beta1 < 1.0f && o.beta2 >= 0.0f &&
+                    o.beta2 < 1.0f && o.eps > 0.0f,
+                "remat::optim::AdamW: lr ", o.lr, ", betas (", o.beta1, ", ", o.beta2, "), eps ",
+                o.eps, " (expected lr >= 0, 0 <= beta < 1, eps > 0)");
+    m_.resize(params_.size());
+    v_.resize(params_.size());
+  }
+  /// One update of every parameter with a gradient. The moments (2 x the parameter bytes,
+  /// under `optimizer_state`) are made at the first step, as in PyTorch.
+  void step() {
+    ++t_;
+    const float bc1 = 1.0f - std::pow(opt_.beta1, static_cast<float>(t_));
+    const float bc2 = 1.0f - std::pow(opt_.beta2, static_cast<float>(t_));
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const auto& p = params_[i];
+      auto g = p.grad();
+      if (!g.defined()) continue;
+      if (!m_[i]) {
+        m_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
+        v_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
+        B::fill(static_cast<float*>(m_[i]->data()), p.numel(), 0.0f);
+        B::fill(static_cast<float*>(v_[i]->data()), p.numel(), 0.0f);
+      }
+      B::adamw_update(p.template data<float>(), g.template data<float>(),
+                      static_cast<float*>(m_[i]->data()), static_cast<float*>(v_[i]->data()),
+                      p.numel(), opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay,
+                      bc1, bc2);
+    }
+  }
+  void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
+  AdamWOptions& options() { return opt_; }
+  std::int64_t steps() const { return t_; }
+  const std::vector<Tensor<B>>& params() const { return params_; }
+
+ private:
+  std::vector<Tensor<B>> params_;
+  AdamWOptions opt_;
+  std::vector<std::shared_ptr<Storage<B>>> m_, v_;
+  std::int64_t t_ = 0;
+};
+
+}  // namespace optim
+}  // namespace remat

@@ -1,0 +1,56 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// SGD with momentum and weight decay (matches torch.optim.SGD with dampening 0).
+
+#include <vector>
+
+#include "remat/core/tape.hpp"
+#include "remat/optim/grad.hpp"
+
+namespace remat {
+namespace optim {
+
+struct SGDOptions {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+template <class B>
+class SGD {
+ public:
+  SGD(std::vector<Tensor<B>> params, SGDOptions o) : params_(std::move(params)), opt_(o) {
+    REMAT_CHECK(o.lr >= 0.0f && o.momentum >= 0.0f, "remat::optim::SGD: lr ", o.lr,
+                " and momentum ", o.momentum, " must be >= 0");
+    bufs_.resize(params_.size());
+  }
+  /// One update of every parameter that has a gradient; momentum buffers are made on first use
+  /// (under `optimizer_state`).
+  void step() {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const auto& p = params_[i];
+      auto g = p.grad();
+      if (!g.defined()) continue;
+      const bool first = !bufs_[i];
+      if (opt_.momentum != 0.0f && first)
+        bufs_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
+      float* buf = opt_.momentum != 0.0f ? static_cast<float*>(bufs_[i]->data()) : nullptr;
+      B::sgd_update(p.template data<float>(), g.template data<float>(), buf, p.numel(), opt_.lr,
+                    opt_.momentum, opt_.weight_decay, opt_.nesterov, first);
+    }
+  }
+  void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
+  SGDOptions& options() { return opt_; }
+  const std::vector<Tensor<B>>& params() const { return params_; }
+  /// Momentum buffer of parameter i (null before the first step or without momentum).
+  const std::shared_ptr<Storage<B>>& momentum_buffer(std::size_t i) const { return bufs_.at(i); }
+
+ private:
+  std::vector<Tensor<B>> params_;
+  SGDOptions opt_;
+  std::vector<std::shared_ptr<Storage<B>>> bufs_;
+};
+
+}  // namespace optim
+}  // namespace remat

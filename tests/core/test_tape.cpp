@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+// The tape: recording, backward, gradient accumulation, grad mode, and its errors.
+
+#include <remat/remat.hpp>
+
+#include "support/catch.hpp"
+
+using namespace remat;
+
+TEST_CASE("f = a x^2 + b gives df/dx = 2 a x, df/da = x^2, df/db = 1", "[tape]") {
+  Tape<Cpu> tape;
+  auto x = tape.parameter({1}, {3.0f}), a = tape.parameter({1}, {2.0f}), b = tape.parameter({1}, {5.0f});
+  auto f = sum(a * x * x + b);
+  CHECK(f.item() == 23.0f);
+  tape.backward(f);
+  CHECK(x.grad().item() == 12.0f);
+  CHECK(a.grad().item() == 9.0f);
+  CHECK(b.grad().item() == 1.0f);
+  CHECK(tape.num_nodes() == 0);  // the graph is gone after backward
+}
+
+TEST_CASE("gradients accumulate over backward calls until zero_grad", "[tape]") {
+  Tape<Cpu> tape;
+  auto w = tape.parameter({2}, {1.0f, -2.0f});
+  for (int i = 0; i < 3; ++i) tape.backward(sum(w * 3.0f));
+  CHECK(w.grad().to_vector() == std::vector<float>{9.0f, 9.0f});
+  optim::zero_grad(std::vector<Tensor<Cpu>>{w}, /*set_to_none=*/false);
+  CHECK(w.grad().to_vector() == std::vector<float>{0.0f, 0.0f});
+  optim::zero_grad(std::vector<Tensor<Cpu>>{w});
+  CHECK_FALSE(w.grad().defined());
+}
+
+TEST_CASE("NoGrad records nothing and its outputs need no gradient", "[tape]") {
+  Tape<Cpu> tape;
+  auto w = tape.parameter({2, 2}, {1, 2, 3, 4});
+  {
+    NoGrad guard;
+    auto y = gelu(w * w);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(tape.num_nodes() == 0);
+  }
+  auto y = gelu(w);
+  CHECK(y.requires_grad());
+  CHECK(tape.num_nodes() == 1);
+  tape.clear();
+}
+
+TEST_CASE("ops on inputs that need no gradient are not recorded", "[tape]") {
+  Tape<Cpu> tape;
+  auto x = tape.input({3}, {1, 2, 3});
+  auto y = relu(x) + 1.0f;
+  CHECK_FALSE(y.requires_grad());
+  CHECK(tape.num_nodes() == 0);
+  REQUIRE_THROWS_WITH(tape.backward(sum(y)), REMAT_CONTAINS("does not require grad"));
+}
+
+TEST_CASE("backward twice through the same graph is an error", "[tape][errors]") {
+  Tape<Cpu> tape;
+  auto w = tape.parameter({2}, {1, 2});
+  auto loss = sum(w * w);
+  tape.backward(loss);
+  REQUIRE_THROWS_AS(tape.backward(loss), Error);
+  REQUIRE_THROWS_WITH(tape.backward(loss), REMAT_CONTAINS("backward twice"));
+}
+
+TEST_CASE("backward of a non-scalar needs a seed gradient of its shape", "[tape][errors]") {
+  Tape<Cpu> tape;
+  auto w = tape.parameter({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto y = w * 2.0f;
+  REQUIRE_THROWS_WITH(tape.backward(y), REMAT_CONTAINS("needs a scalar (did you forget mean()?)"));
+  REQUIRE_THROWS_WITH(tape.backward(y, tape.input({3}, {1, 1, 1})),
+                      REMAT_CONTAINS("seed gradient has shape [3], expected the loss's shape [2, 3]"));
+  tape.backward(y, tape.input({2, 3}, {1, 0, 0, 0, 0, 2}));
+  CHECK(w.grad().to_vector() == std::vector<float>{2, 0, 0, 0, 0, 4});
+}
+
+TEST_CASE("tensors of different tapes cannot meet in one op", "[tape][errors]") {
+  Tape<Cpu> t1, t2;
+  auto a = t1.parameter({2}, {1, 2});
+  auto b = t2.parameter({2}, {3, 4});
+  REQUIRE_THROWS_WITH(a + b, REMAT_CONTAINS("remat::binary: input 1 belongs to a different tape"));
+  REQUIRE_THROWS_WITH(matmul(reshape(a, {1, 2}), reshape(b, {2, 1})),
+                      REMAT_CONTAINS("remat::matmul: input 1 belongs to a different tape"));
+  REQUIRE_THROWS_WITH(t1.backward(sum(b)), REMAT_CONTAINS("loss belongs to another tape"));
+}
+
+TEST_CASE("a tensor from a consumed graph cannot carry gradient into a new one", "[tape][errors]") {
+  Tape<Cpu> tape;
+  auto w = tape.parameter({2}, {1, 2});
+  auto h = w * 3.0f;
+  tape.backward(sum(h));
+  REQUIRE_THROWS_WITH(sum(h * w), REMAT_CONTAINS("already consumed"));
+  auto ok = sum(detach(h) * w);  // detach makes it a constant
+  tape.backward(ok);
+  CHECK(w.grad().to_vector() == std::vector<float>{3.0f + 3.0f, 3.0f + 6.0f});
+}
+
+TEST_CASE("undefined tensors are reported, not dereferenced", "[tape][errors]") {
+  Tape<Cpu> tape;
+  Tensor<Cpu> none;
+  auto a = tape.parameter({2}, {1, 2});
+  REQUIRE_THROWS_WITH(a + none, REMAT_CONTAINS("input 1 is an undefined tensor"));
+  REQUIRE_THROWS_WITH(none.shape(), REMAT_CONTAINS("undefined"));
+}
+
+TEST_CASE("Philox is the published generator: known-answer vectors", "[rng]") {
+  // Random123's kat_vectors for philox4x32-10: counter 0, key 0.
+  const auto r = rng::philox(rng::Philox4{{0, 0, 0, 0}}, 0, 0);
+  CHECK(r.v[0] == 0x6627e8d5u);
+  CHECK(r.v[1] == 0xe169c58du);
+  CHECK(r.v[2] == 0xbc57ac4cu);
+  CHECK(r.v[3] == 0x9b00dbd8u);
+  // and all-ones counter with the pi key
+  const auto p = rng::philox(rng::Philox4{{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}},
+                             0xffffffffu, 0xffffffffu);
+  CHECK(p.v[0] == 0x408f276du);
+  CHECK(p.v[1] == 0x41c83b0eu);
+  CHECK(p.v[2] == 0xa20bc7c6u);
+  CHECK(p.v[3] == 0x6d5451fdu);
+}

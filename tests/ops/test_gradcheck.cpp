@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: MIT
+// Every op's backward against finite differences: one line per op and shape, including
+// broadcasting and batched cases.
+
+#include "support/gradcheck.hpp"
+
+using namespace remat;
+using remat_test::gradcheck;
+using remat_test::param;
+using remat_test::T;
+using V = std::vector<T>;
+
+TEST_CASE("elementwise ops match finite differences, with trailing broadcast", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto a = param(tape, {3, 4, 5}, 1), b = param(tape, {3, 4, 5}, 2), bias = param(tape, {5}, 3);
+  auto row = param(tape, {4, 5}, 4), pos = param(tape, {3, 4, 5}, 5, 0.3f, 2.0f);  // pos: away from 0
+  gradcheck(tape, [](const V& x) { return x[0] + x[1]; }, {a, b});
+  gradcheck(tape, [](const V& x) { return x[0] - x[1]; }, {a, b});
+  gradcheck(tape, [](const V& x) { return x[0] * x[1]; }, {a, b});
+  gradcheck(tape, [](const V& x) { return x[0] / x[1]; }, {a, pos});
+  gradcheck(tape, [](const V& x) { return x[0] + x[1]; }, {a, bias});    // bias broadcast
+  gradcheck(tape, [](const V& x) { return x[1] - x[0]; }, {a, bias});    // smaller on the left
+  gradcheck(tape, [](const V& x) { return x[0] * x[1]; }, {a, row});     // 2-D suffix
+  gradcheck(tape, [](const V& x) { return x[1] / x[0]; }, {pos, bias});
+  gradcheck(tape, [](const V& x) { return x[0] * x[0]; }, {a});          // same tensor twice
+  gradcheck(tape, [](const V& x) { return 2.5f * x[0] - 1.0f; }, {a});
+  gradcheck(tape, [](const V& x) { return 1.0f - x[0] / 4.0f; }, {a});
+  gradcheck(tape, [](const V& x) { return -x[0]; }, {a});
+}
+
+TEST_CASE("matmul matches finite differences: 2-D, batched, shared and transposed",
+          "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto a = param(tape, {3, 4}, 1), b = param(tape, {4, 5}, 2);
+  auto at = param(tape, {4, 3}, 3), bt = param(tape, {5, 4}, 4);
+  auto ba = param(tape, {2, 3, 4}, 5), bb = param(tape, {2, 4, 5}, 6), bat = param(tape, {2, 4, 3}, 7);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      gradcheck(tape, [&](const V& x) { return matmul(x[0], x[1], ta, tb); },
+                {ta ? at : a, tb ? bt : b});
+      gradcheck(tape, [&](const V& x) { return matmul(x[0], x[1], ta, tb); },
+                {ta ? bat : ba, tb ? bt : b});  // b shared by the batch
+    }
+  gradcheck(tape, [](const V& x) { return matmul(x[0], x[1]); }, {ba, bb});
+  gradcheck(tape, [](const V& x) { return matmul(x[0], x[1], true, false); }, {bat, bb});
+  auto q4 = param(tape, {2, 2, 3, 4}, 8), k4 = param(tape, {2, 2, 3, 4}, 9);
+  gradcheck(tape, [](const V& x) { return matmul(x[0], x[1], false, true); }, {q4, k4});
+}
+
+TEST_CASE("linear matches finite differences", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto x = param(tape, {2, 3, 4}, 1), w = param(tape, {4, 5}, 2), b = param(tape, {5}, 3);
+  gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2]); }, {x, w, b});
+  auto x2 = param(tape, {6, 4}, 4);
+  gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2]); }, {x2, w, b});
+}
+
+TEST_CASE("reductions match finite differences", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto x = param(tape, {3, 4, 5}, 1);
+  gradcheck(tape, [](const V& v) { return sum(v[0]); }, {x});
+  gradcheck(tape, [](const V& v) { return mean(v[0]); }, {x});
+  for (int axis : {0, 1, 2, -1}) {
+    gradcheck(tape, [&](const V& v) { return sum(v[0], axis); }, {x});
+    gradcheck(tape, [&](const V& v) { return mean(v[0], axis, true); }, {x});
+  }
+}
+
+TEST_CASE("shape ops match finite differences", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto x = param(tape, {2, 3, 4}, 1), y = param(tape, {2, 5, 4}, 2);
+  gradcheck(tape, [](const V& v) { return reshape(v[0], {6, -1}) * 2.0f; }, {x});
+  gradcheck(tape, [](const V& v) { return transpose(v[0], 0, 2); }, {x});
+  gradcheck(tape, [](const V& v) { return permute(v[0], {1, 2, 0}); }, {x});
+  gradcheck(tape, [](const V& v) { return slice(v[0], 1, 1, 2); }, {x});
+  gradcheck(tape, [](const V& v) { return slice(v[0], -1, 0, 3); }, {x});
+  gradcheck(tape, [](const V& v) { auto p = split(v[0], 2, {1, 3}); return p[1] * 3.0f + sum(p[0]); }, {x});
+  gradcheck(tape, [](const V& v) { return concat(V{v[0], v[1]}, 1); }, {x, y});
+  gradcheck(tape, [](const V& v) { return concat(V{v[0], v[0]}, 0); }, {x});
+}
+
+TEST_CASE("activations match finite differences", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto x = param(tape, {4, 6}, 1, 2.0f);
+  gradcheck(tape, [](const V& v) { return gelu(v[0]); }, {x});
+  gradcheck(tape, [](const V& v) { return tanh(v[0]); }, {x});
+  remat_test::GradcheckOptions kink;
+  kink.kink = 0.05f;
+  gradcheck(tape, [](const V& v) { return relu(v[0]); }, {x}, kink);
+  gradcheck(tape, [](const V& v) { return softmax(v[0]); }, {x});
+  auto x3 = param(tape, {2, 3, 7}, 2);
+  gradcheck(tape, [](const V& v) { return softmax(v[0]); }, {x3});
+}
+
+TEST_CASE("layer norm matches finite differences", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto x = param(tape, {2, 3, 8}, 1), w = param(tape, {8}, 2, 0.5f, 1.0f), b = param(tape, {8}, 3);
+  gradcheck(tape, [](const V& v) { return layer_norm(v[0], v[1], v[2]); }, {x, w, b});
+  auto x2 = param(tape, {5, 16}, 4, 3.0f, 1.0f), w2 = param(tape, {16}, 5), b2 = param(tape, {16}, 6);
+  gradcheck(tape, [](const V& v) { return layer_norm(v[0], v[1], v[2]); }, {x2, w2, b2});
+}
+
+TEST_CASE("embedding matches finite differences, repeated ids accumulate", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto w = param(tape, {6, 4}, 1);
+  auto ids = tape.tokens({2, 3}, {0, 5, 2, 2, 5, 5});
+  gradcheck(tape, [&](const V& v) { return embedding(v[0], ids); }, {w});
+}
+
+TEST_CASE("attention matches finite differences, causal and not", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto q = param(tape, {2, 2, 5, 4}, 1), k = param(tape, {2, 2, 5, 4}, 2), v = param(tape, {2, 2, 5, 4}, 3);
+  gradcheck(tape, [](const V& x) { return attention(x[0], x[1], x[2], true); }, {q, k, v});
+  gradcheck(tape, [](const V& x) { return attention(x[0], x[1], x[2], false); }, {q, k, v});
+  auto q3 = param(tape, {7, 8}, 4), k3 = param(tape, {7, 8}, 5), v3 = param(tape, {7, 8}, 6);
+  gradcheck(tape, [](const V& x) { return attention(x[0], x[1], x[2], true); }, {q3, k3, v3});
+}
+
+TEST_CASE("cross-entropy matches finite differences", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto logits = param(tape, {2, 3, 7}, 1, 2.0f);
+  auto targets = tape.tokens({2, 3}, {0, 6, 3, 3, 1, 2});
+  gradcheck(tape, [&](const V& v) { return cross_entropy(v[0], targets); }, {logits});
+  auto l2 = param(tape, {5, 11}, 2);
+  auto t2 = tape.tokens({5}, {10, 0, 4, 4, 7});
+  gradcheck(tape, [&](const V& v) { return cross_entropy(v[0], t2) * 3.0f; }, {l2});
+}
+
+TEST_CASE("dropout matches finite differences with its regenerated mask", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto x = param(tape, {4, 8}, 1);
+  gradcheck(tape, [](const V& v) { return dropout(v[0], 0.3f); }, {x});
+  gradcheck(tape, [](const V& v) { return gelu(dropout(v[0], 0.5f)) * v[0]; }, {x});
+}

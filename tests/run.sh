@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, configures (warnings as errors), builds
+# everything and runs every test. Usage, from anywhere: bash tests/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash .ci/deps.sh build
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON
+cmake --build build -j "$(nproc)"
+ctest --test-dir build --output-on-failure
