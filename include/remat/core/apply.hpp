@@ -11,8 +11,13 @@
 //   template <class B> static void backward(const Saved<B>&, const Tensor<B>& dout,
 //                                           std::vector<Tensor<B>>& dinp);   // dinp[i] +=
 // `each` lets the node count the saved bytes exactly and mark them as activations.
+// Optionally, `static void save(Saved<B>&, const Tensor<B>& out, inputs..., attrs...)` fills
+// Saved from the output without computing: checkpoint policies can then keep the op's output
+// and skip it in the replay (core/segment.hpp).
 
 #include <array>
+#include <tuple>
+#include <type_traits>
 #include <memory>
 #include <unordered_set>
 #include <utility>
@@ -70,12 +75,103 @@ bool any_requires_grad(const Range& in) {
   return false;
 }
 
+template <class T, std::size_t N, class = std::make_index_sequence<N>>
+struct repeat;
+template <class T, std::size_t N, std::size_t... I>
+struct repeat<T, N, std::index_sequence<I...>> {
+  template <std::size_t> using same = T;
+  using type = std::tuple<same<I>...>;
+};
+template <class T, std::size_t N>
+using repeat_t = typename repeat<T, N>::type;
+
+template <class Op, class B, std::size_t N, std::size_t... I, class... A>
+void call_save(typename Op::template Saved<B>& s, const Tensor<B>& out,
+               const std::array<Tensor<B>, N>& in, std::index_sequence<I...>, const A&... attrs) {
+  Op::save(s, out, in[I]..., attrs...);
+}
+
 template <class Op, class B, class Range>
 void record_op(Tape<B>& tape, const Range& in, Tensor<B>& out,
                typename Op::template Saved<B>&& saved) {
   std::vector<const Tensor<B>*> ins;
   for (const Tensor<B>& t : in) ins.push_back(&t);
   tape.record(Op::name, ins, {&out}, std::make_unique<OpBody<Op, B>>(std::move(saved)));
+}
+
+// Does Op have `static void save(Saved&, out, inputs..., attrs...)`, which rebuilds its
+// backward state from its output without computing? Only such ops can be kept by a policy.
+template <class Op, class B, class Args, class = void>
+struct has_save : std::false_type {};
+template <class Op, class B, class... Args>
+struct has_save<Op, B, std::tuple<Args...>,
+                std::void_t<decltype(Op::save(std::declval<typename Op::template Saved<B>&>(),
+                                              std::declval<const Tensor<B>&>(),
+                                              std::declval<const Args&>()...))>>
+    : std::true_type {};
+
+/// True when t or a tensor it came from needs a gradient (also inside an unrecorded segment).
+template <class B, class Range>
+bool any_needs_grad(const Range& in) {
+  for (const Tensor<B>& t : in)
+    if (t.requires_grad() || t.impl()->segment_grad) return true;
+  return false;
+}
+
+// NOTE [ops inside checkpoint segments]
+// While segments run, an op reports to every frame on the tape's stack (each counts it and
+// traces it), and the innermost frame decides: in its first run, keep the output if the policy
+// says so (and the op can `save`), record nothing; in its replay, hand a kept output back
+// without computing, else compute; record as usual (replays are recorded into a scratch range).
+template <class Op, class B, class Range, class Forward, class Save>
+Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Save&& save,
+                           bool keepable) {
+  auto& frames = tape.frames();
+  SegmentFrame<B>& top = *frames.back();
+  const std::int64_t index = top.count;
+  typename Op::template Saved<B> saved{};
+  Tensor<B> out;
+  bool from_cache = false;
+  if (top.mode == FrameMode::replay) {
+    auto it = top.kept->find(index);
+    if (it != top.kept->end()) {
+      out = it->second;
+      save(saved, out);
+      from_cache = true;
+    }
+  }
+  if (!from_cache) out = forward(saved);
+  bool hashing = false;
+  for (auto* f : frames) hashing = hashing || f->hash_values;
+  const std::uint64_t hash = hashing ? detail::hash_bytes(out.storage()->data(), out.bytes()) : 0;
+  for (auto* f : frames) f->note(Op::name, out, hash, keepable);
+  const bool needs = any_needs_grad<B>(in);
+  out.impl()->segment_grad = needs;
+  // Every segment in its first run (an outer one sees through nested plain calls) learns
+  // whether a gradient flows and what the interior would have saved.
+  for (auto* f : frames) {
+    if (f->mode != FrameMode::first_run) continue;
+    f->touched_grad = f->touched_grad || needs;
+    if (needs)
+      saved.each([&](const Tensor<B>& t) {
+        if (t.defined() && t.category() == Category::temporaries) f->count_saved(t.storage());
+      });
+  }
+  if (top.mode == FrameMode::first_run) {
+    out.impl()->segment_op = index;
+    out.impl()->segment_serial = top.serial;
+    if (needs) {
+      const Shape& shape = out.shape();
+      if (keepable && top.policy && top.policy->keep_op &&
+          top.policy->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes())}))
+        top.kept->emplace(index, out);
+    }
+  } else if (top.mode == FrameMode::replay && !from_cache) {
+    top.remat_bytes += static_cast<std::int64_t>(out.bytes());
+  }
+  if (tape.recording() && grad_enabled() && any_requires_grad<B>(in))
+    record_op<Op>(tape, in, out, std::move(saved));
+  return out;
 }
 
 template <class Op, class B, std::size_t N, std::size_t... I, class... A>
@@ -88,8 +184,20 @@ Tensor<B> call_forward(typename Op::template Saved<B>& s, const std::array<Tenso
 template <class Op, class B, std::size_t N, class... A>
 Tensor<B> apply(const std::array<Tensor<B>, N>& in, const A&... attrs) {
   Tape<B>& tape = common_tape<B>(Op::name, in);
+  using Seq = std::make_index_sequence<N>;
+  if (tape.in_segment()) {
+    using Args = decltype(std::tuple_cat(std::declval<repeat_t<Tensor<B>, N>>(), std::tuple<A...>{}));
+    constexpr bool keepable = has_save<Op, B, Args>::value;
+    return apply_in_segment<Op>(
+        tape, in,
+        [&](typename Op::template Saved<B>& s) { return call_forward<Op>(s, in, Seq{}, attrs...); },
+        [&](typename Op::template Saved<B>& s, const Tensor<B>& out) {
+          if constexpr (keepable) call_save<Op>(s, out, in, Seq{}, attrs...);
+        },
+        keepable);
+  }
   typename Op::template Saved<B> saved{};
-  Tensor<B> out = call_forward<Op>(saved, in, std::make_index_sequence<N>{}, attrs...);
+  Tensor<B> out = call_forward<Op>(saved, in, Seq{}, attrs...);
   if (grad_enabled() && any_requires_grad<B>(in)) record_op<Op>(tape, in, out, std::move(saved));
   return out;
 }
@@ -99,6 +207,15 @@ template <class Op, class B, class... A>
 Tensor<B> apply_list(const std::vector<Tensor<B>>& in, const A&... attrs) {
   REMAT_CHECK(!in.empty(), "remat::", Op::name, ": needs at least one input, got none");
   Tape<B>& tape = common_tape<B>(Op::name, in);
+  if (tape.in_segment()) {
+    constexpr bool keepable = has_save<Op, B, std::tuple<std::vector<Tensor<B>>, A...>>::value;
+    return apply_in_segment<Op>(
+        tape, in, [&](typename Op::template Saved<B>& s) { return Op::forward(s, in, attrs...); },
+        [&](typename Op::template Saved<B>& s, const Tensor<B>& out) {
+          if constexpr (keepable) Op::save(s, out, in, attrs...);
+        },
+        keepable);
+  }
   typename Op::template Saved<B> saved{};
   Tensor<B> out = Op::forward(saved, in, attrs...);
   if (grad_enabled() && any_requires_grad<B>(in)) record_op<Op>(tape, in, out, std::move(saved));

@@ -26,4 +26,17 @@ class NoGrad {
   bool prev_;
 };
 
+/// RAII guard: grad mode on inside its scope (a checkpoint replay records even when backward
+/// was called under NoGrad).
+class EnableGrad {
+ public:
+  EnableGrad() : prev_(detail::grad_mode_flag()) { detail::grad_mode_flag() = true; }
+  ~EnableGrad() { detail::grad_mode_flag() = prev_; }
+  EnableGrad(const EnableGrad&) = delete;
+  EnableGrad& operator=(const EnableGrad&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace remat

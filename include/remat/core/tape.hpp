@@ -15,6 +15,7 @@
 #include "remat/core/error.hpp"
 #include "remat/core/grad_mode.hpp"
 #include "remat/core/rng.hpp"
+#include "remat/core/segment.hpp"
 #include "remat/core/tensor.hpp"
 
 namespace remat {
@@ -181,6 +182,32 @@ class Tape {
     nodes_.clear();
     grads_.clear();
     ++epoch_;
+    segments_made_ = 0;
+  }
+
+  // ---- checkpoint segments (core/segment.hpp, checkpoint/checkpoint.hpp) ---------------------
+  /// True while a checkpoint segment runs (first run or replay).
+  bool in_segment() const noexcept { return !frames_.empty(); }
+  /// False while some enclosing segment runs its first (unrecorded) pass.
+  bool recording() const noexcept { return unrecorded_ == 0; }
+  std::vector<detail::SegmentFrame<B>*>& frames() noexcept { return frames_; }
+  void push_frame(detail::SegmentFrame<B>* f) {
+    f->serial = ++frame_serial_;
+    frames_.push_back(f);
+    if (f->mode != detail::FrameMode::replay) ++unrecorded_;
+  }
+  void pop_frame(detail::SegmentFrame<B>* f) {
+    REMAT_ASSERT(!frames_.empty() && frames_.back() == f);
+    frames_.pop_back();
+    if (f->mode != detail::FrameMode::replay) --unrecorded_;
+  }
+  /// The next segment id of this graph (segments are numbered in the order they are made).
+  std::size_t next_segment_id() noexcept { return segments_made_++; }
+  /// Per-segment ledger, indexed by segment id; kept across steps (remat::segment_table).
+  std::vector<SegmentStats>& segment_stats() noexcept { return segment_stats_; }
+  SegmentStats& segment_stats(std::size_t id) {
+    if (segment_stats_.size() <= id) segment_stats_.resize(id + 1);
+    return segment_stats_[id];
   }
 
   // ---- state ----------------------------------------------------------------------------
@@ -211,7 +238,7 @@ class Tape {
   Tensor<B> leaf_grad(const std::shared_ptr<TensorImpl<B>>& leaf) {
     if (!leaf->grad) {
       const std::size_t bytes = static_cast<std::size_t>(leaf->shape.numel()) * 4;
-      leaf->grad = std::make_shared<Storage<B>>(bytes, Category::gradients);
+      leaf->grad = std::make_shared<Storage<B>>(bytes, leaf->grad_category);
       B::fill(static_cast<float*>(leaf->grad->data()), leaf->shape.numel(), 0.0f);
     }
     return Tensor<B>(leaf).grad();
@@ -260,6 +287,11 @@ class Tape {
   std::uint64_t epoch_ = 1;
   std::uint64_t seed_ = 0x5eed;
   std::uint64_t rng_offset_ = 0;
+  std::vector<detail::SegmentFrame<B>*> frames_;
+  int unrecorded_ = 0;
+  std::uint64_t frame_serial_ = 0;
+  std::size_t segments_made_ = 0;
+  std::vector<SegmentStats> segment_stats_;
 };
 
 }  // namespace remat

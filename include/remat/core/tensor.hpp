@@ -34,7 +34,12 @@ struct TensorImpl {
   TensorId id = -1;              // gradient slot, set when an op that produced it was recorded
   std::uint64_t epoch = 0;       // the tape epoch `id` belongs to (stale after backward)
   std::shared_ptr<Storage<B>> grad;  // accumulated gradient of a leaf (parameters, inputs)
+  Category grad_category = Category::gradients;  // where `grad` is counted in the ledger
   std::string name;              // optional tag (remat::tag), used by checkpoint policies
+  // Set while a checkpoint segment runs forward unrecorded (checkpoint/segment.hpp):
+  bool segment_grad = false;     // a gradient would flow through this tensor
+  std::int64_t segment_op = -1;  // index of the op that made it in the innermost segment
+  std::uint64_t segment_serial = 0;  // ... and that segment frame's serial number
 };
 
 template <class B>
@@ -153,13 +158,6 @@ Tensor<B> alias(const Tensor<B>& t, const Shape& shape) {
 template <class B>
 Tensor<B> detach(const Tensor<B>& x) {
   return detail::alias(x, x.shape());
-}
-
-/// Gives x a name that checkpoint policies can select (remat::policy::save_names).
-template <class B>
-Tensor<B> tag(const Tensor<B>& x, std::string name) {
-  x.impl()->name = std::move(name);
-  return x;
 }
 
 }  // namespace remat

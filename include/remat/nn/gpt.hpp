@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/checkpoint/checkpoint.hpp"
 #include "remat/nn/attention.hpp"
 #include "remat/nn/layers.hpp"
 #include "remat/ops/activation.hpp"
@@ -16,6 +17,64 @@
 
 namespace remat {
 namespace nn {
+
+/// How GPT::forward checkpoints its blocks:
+///   none        every activation kept;
+///   block       each block a segment;
+///   every:N     runs of N blocks as segments;
+///   sqrt        about sqrt(L) segments of about sqrt(L) blocks (Chen et al. 2016);
+///   selective   each block a segment that keeps its linear layers' outputs (Megatron).
+/// The last run of blocks is never a segment: its replay would follow its forward at once.
+struct CheckpointStrategy {
+  enum class Kind { none, block, every, sqrt, selective };
+  Kind kind = Kind::none;
+  std::int64_t every = 1;
+
+  static CheckpointStrategy parse(const std::string& s) {
+    CheckpointStrategy c;
+    if (s == "none") return c;
+    if (s == "block") c.kind = Kind::block;
+    else if (s == "sqrt") c.kind = Kind::sqrt;
+    else if (s == "selective") c.kind = Kind::selective;
+    else if (s.rfind("every:", 0) == 0) {
+      c.kind = Kind::every;
+      const std::string n = s.substr(6);
+      char* end = nullptr;
+      c.every = std::strtoll(n.c_str(), &end, 10);
+      REMAT_CHECK(!n.empty() && end && *end == '\0' && c.every >= 1,
+                  "remat::CheckpointStrategy: '", s, "' has no valid block count (expected every:N "
+                  "with N >= 1, e.g. every:2)");
+    } else {
+      REMAT_CHECK(false, "remat::CheckpointStrategy: unknown strategy '", s,
+                  "' (expected none, block, every:N, sqrt or selective)");
+    }
+    return c;
+  }
+  std::string str() const {
+    switch (kind) {
+      case Kind::none: return "none";
+      case Kind::block: return "block";
+      case Kind::every: return "every:" + std::to_string(every);
+      case Kind::sqrt: return "sqrt";
+      case Kind::selective: return "selective";
+    }
+    return "?";
+  }
+  /// Blocks per segment for a model of L blocks (0: no segments).
+  std::int64_t group(std::int64_t L) const {
+    switch (kind) {
+      case Kind::none: return 0;
+      case Kind::block:
+      case Kind::selective: return 1;
+      case Kind::every: return every;
+      case Kind::sqrt: {
+        const auto segments = std::max<std::int64_t>(1, std::llround(std::sqrt(double(L))));
+        return (L + segments - 1) / segments;
+      }
+    }
+    return 0;
+  }
+};
 
 struct GPTConfig {
   std::int64_t vocab_size = 256;
@@ -26,6 +85,7 @@ struct GPTConfig {
   float dropout = 0.0f;
   float init_std = 0.02f;
   std::uint64_t seed = 1337;
+  CheckpointStrategy checkpoint;  // how forward checkpoints the blocks
 };
 
 /// Pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
@@ -95,11 +155,33 @@ class GPT : public Module<B> {
   Tensor<B> head(const Tensor<B>& x) const {
     return matmul(ln_f(x), wte.weight, false, /*tb=*/true);
   }
+  /// The blocks on the residual stream x (B, T, C), checkpointed per config.checkpoint.
+  Tensor<B> blocks(Tensor<B> x, bool training = true) const {
+    const std::int64_t L = static_cast<std::int64_t>(h.size());
+    auto run = [this, training](std::int64_t lo, std::int64_t hi) {
+      return [this, training, lo, hi](const Tensor<B>& in) {
+        Tensor<B> t = in;
+        for (std::int64_t i = lo; i < hi; ++i) t = h[static_cast<std::size_t>(i)](t, training);
+        return t;
+      };
+    };
+    const std::int64_t group = config.checkpoint.group(L);
+    if (group <= 0) return run(0, L)(x);
+    const bool selective = config.checkpoint.kind == CheckpointStrategy::Kind::selective;
+    for (std::int64_t lo = 0; lo < L; lo += group) {
+      const std::int64_t hi = std::min(L, lo + group);
+      if (hi == L) return run(lo, hi)(x);  // the last run: no segment (see CheckpointStrategy)
+      CheckpointOptions o;
+      o.name(hi - lo == 1 ? "h." + std::to_string(lo)
+                          : "h." + std::to_string(lo) + "-" + std::to_string(hi - 1));
+      if (selective) o.policy(policy::save_linear());
+      x = checkpoint(o, run(lo, hi), x);
+    }
+    return x;
+  }
   /// idx (B, T) i32 -> logits (B, T, V).
   Tensor<B> operator()(const Tensor<B>& idx, bool training = true) const {
-    auto x = embed(idx);
-    for (const auto& block : h) x = block(x, training);
-    return head(x);
+    return head(blocks(embed(idx), training));
   }
   /// Mean cross-entropy of the next-token predictions against targets (B, T).
   Tensor<B> loss(const Tensor<B>& idx, const Tensor<B>& targets, bool training = true) const {

@@ -20,11 +20,13 @@ struct GeluOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x) {
     detail::check_f32(name, "x", x);
-    s.x = x;
     auto y = detail::empty_like(x);
     B::gelu_forward(y.template data<float>(), x.template data<float>(), x.numel());
+    save(s, y, x);
     return y;
   }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& x) { s.x = x; }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
     B::gelu_backward(dinp[0].template data<float>(), s.x.template data<float>(),
@@ -43,11 +45,13 @@ struct ReluOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x) {
     detail::check_f32(name, "x", x);
-    s.x = x;
     auto y = detail::empty_like(x);
     B::relu_forward(y.template data<float>(), x.template data<float>(), x.numel());
+    save(s, y, x);
     return y;
   }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& x) { s.x = x; }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
     B::relu_backward(dinp[0].template data<float>(), s.x.template data<float>(),
@@ -68,9 +72,11 @@ struct TanhOp {
     detail::check_f32(name, "x", x);
     auto y = detail::empty_like(x);
     B::tanh_forward(y.template data<float>(), x.template data<float>(), x.numel());
-    s.y = y;
+    save(s, y, x);
     return y;
   }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>& y, const Tensor<B>&) { s.y = y; }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
     B::tanh_backward(dinp[0].template data<float>(), s.y.template data<float>(),

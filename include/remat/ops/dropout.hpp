@@ -22,13 +22,18 @@ struct DropoutOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, float p) {
     detail::check_f32(name, "x", x);
-    s.p = p;
-    s.seed = x.tape().seed();
-    s.offset = x.tape().next_rng_offset(static_cast<std::uint64_t>(x.numel()));
     auto y = detail::empty_like(x);
+    save(s, y, x, p);  // takes the op's counters from the tape's stream
     B::dropout_forward(y.template data<float>(), x.template data<float>(), x.numel(), p, s.seed,
                        s.offset);
     return y;
+  }
+  // The replay of a checkpoint restores the tape's counter, so this draws the same offset.
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& x, float p) {
+    s.p = p;
+    s.seed = x.tape().seed();
+    s.offset = x.tape().next_rng_offset(static_cast<std::uint64_t>(x.numel()));
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {

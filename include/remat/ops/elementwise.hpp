@@ -66,21 +66,29 @@ struct BinaryOp {
                            math::BinaryKind kind, const char* op) {
     detail::check_f32(op, "a", a);
     detail::check_f32(op, "b", b);
+    const auto bc = detail::broadcast(op, a.shape(), b.shape());
+    auto y = detail::make_tensor<B>(&a.tape(), bc.out);
+    B::binary_forward(kind, y.template data<float>(), a.template data<float>(),
+                      b.template data<float>(), bc.outer, bc.inner, bc.a_bcast, bc.b_bcast);
+    save(s, y, a, b, kind, op);
+    return y;
+  }
+  // Keep only what the gradients read: d/da of mul needs b, d/db needs a; div needs b for
+  // both and a for d/db. add and sub keep nothing.
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& a, const Tensor<B>& b,
+                   math::BinaryKind kind, const char* op) {
     s.kind = kind;
     s.bc = detail::broadcast(op, a.shape(), b.shape());
-    auto y = detail::make_tensor<B>(&a.tape(), s.bc.out);
-    B::binary_forward(kind, y.template data<float>(), a.template data<float>(),
-                      b.template data<float>(), s.bc.outer, s.bc.inner, s.bc.a_bcast, s.bc.b_bcast);
-    // Keep only what the gradients read: d/da of mul needs b, d/db needs a; div needs b for
-    // both and a for d/db. add and sub keep nothing.
+    const bool ga = a.requires_grad() || a.impl()->segment_grad;
+    const bool gb = b.requires_grad() || b.impl()->segment_grad;
     if (kind == math::BinaryKind::mul) {
-      if (b.requires_grad()) s.a = a;
-      if (a.requires_grad()) s.b = b;
+      if (gb) s.a = a;
+      if (ga) s.b = b;
     } else if (kind == math::BinaryKind::div) {
-      if (b.requires_grad()) s.a = a;
+      if (gb) s.a = a;
       s.b = b;
     }
-    return y;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
@@ -105,10 +113,14 @@ struct AffineOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, float scale, float shift) {
     detail::check_f32("affine", "x", x);
-    s.scale = scale;
     auto y = detail::empty_like(x);
     B::affine_forward(y.template data<float>(), x.template data<float>(), x.numel(), scale, shift);
+    save(s, y, x, scale, shift);
     return y;
+  }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>&, float scale, float) {
+    s.scale = scale;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {

@@ -25,20 +25,25 @@ struct EmbeddingOp {
     REMAT_CHECK(ids.dtype() == DType::i32, "remat::embedding: ids must be i32, found ",
                 dtype_name(ids.dtype()), " (hint: make them with tape.tokens)");
     detail::check_nonempty(name, "ids", ids);
-    s.n = ids.numel();
-    s.C = w.size(1);
+    const std::int64_t n = ids.numel(), C = w.size(1);
     std::int32_t lo = 0, hi = 0;
-    B::minmax_i32(ids.template data<std::int32_t>(), s.n, lo, hi);
+    B::minmax_i32(ids.template data<std::int32_t>(), n, lo, hi);
     REMAT_CHECK(lo >= 0 && hi < w.size(0), "remat::embedding: id ", (lo < 0 ? lo : hi),
                 " is out of range for a table of ", w.size(0), " rows (expected 0 <= id < ",
                 w.size(0), "; is the vocabulary too small for the data?)");
     Shape out = ids.shape();
-    out.push_back(s.C);
+    out.push_back(C);
     auto y = detail::make_tensor<B>(&w.tape(), out);
     B::embedding_forward(y.template data<float>(), w.template data<float>(),
-                         ids.template data<std::int32_t>(), s.n, s.C);
-    s.ids = ids;
+                         ids.template data<std::int32_t>(), n, C);
+    save(s, y, w, ids);
     return y;
+  }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& w, const Tensor<B>& ids) {
+    s.n = ids.numel();
+    s.C = w.size(1);
+    s.ids = ids;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {

@@ -76,9 +76,16 @@ struct MatmulOp {
     B::gemm_batched(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a.template data<float>(), p.lda(), p.sa,
                     b.template data<float>(), p.ldb(), p.sb, 0.0f, c.template data<float>(), p.N,
                     p.sc, p.batch);
-    if (b.requires_grad()) s.a = a;
-    if (a.requires_grad()) s.b = b;
+    save(s, c, a, b, ta, tb);
     return c;
+  }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& a, const Tensor<B>& b, bool ta,
+                   bool tb) {
+    Shape out;
+    s.p = detail::plan_matmul(a.shape(), b.shape(), ta, tb, out);
+    if (b.requires_grad() || b.impl()->segment_grad) s.a = a;
+    if (a.requires_grad() || a.impl()->segment_grad) s.b = b;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
@@ -127,18 +134,23 @@ struct LinearOp {
                 " (expected weight [in, out] with in = the last dimension of x)");
     REMAT_CHECK(b.shape() == Shape{w.size(1)}, "remat::linear: bias is ", b.shape().str(),
                 ", expected [", w.size(1), "] to match weight ", w.shape().str());
+    const std::int64_t in = w.size(0), out = w.size(1), rows = x.numel() / (in ? in : 1);
+    auto y = detail::make_tensor<B>(&x.tape(), x.shape().with(-1, out));
+    float* yp = y.template data<float>();
+    B::broadcast_rows(yp, b.template data<float>(), rows, out);
+    B::gemm(false, false, rows, out, in, 1.0f, x.template data<float>(), in,
+            w.template data<float>(), out, 1.0f, yp, out);
+    save(s, y, x, w, b);
+    return y;
+  }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& x, const Tensor<B>& w,
+                   const Tensor<B>&) {
     s.in = w.size(0);
     s.out = w.size(1);
     s.rows = x.numel() / (s.in ? s.in : 1);
-    auto y = detail::make_tensor<B>(&x.tape(), x.shape().with(-1, s.out));
-    float* yp = y.template data<float>();
-    const float* bp = b.template data<float>();
-    B::broadcast_rows(yp, bp, s.rows, s.out);
-    B::gemm(false, false, s.rows, s.out, s.in, 1.0f, x.template data<float>(), s.in,
-            w.template data<float>(), s.out, 1.0f, yp, s.out);
-    if (w.requires_grad()) s.x = x;
-    if (x.requires_grad()) s.w = w;
-    return y;
+    if (w.requires_grad() || w.impl()->segment_grad) s.x = x;
+    if (x.requires_grad() || x.impl()->segment_grad) s.w = w;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {

@@ -21,8 +21,22 @@ struct ReduceOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, int axis, bool all, bool keepdim,
                            bool mean) {
+    detail::check_f32(mean ? "mean" : "sum", "x", x);
+    const Shape out = plan(s, x, axis, all, keepdim, mean);
+    auto y = detail::make_tensor<B>(&x.tape(), out);
+    B::reduce_forward(y.template data<float>(), x.template data<float>(), s.outer, s.n, s.inner,
+                      s.scale);
+    return y;
+  }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& x, int axis, bool all,
+                   bool keepdim, bool mean) {
+    plan(s, x, axis, all, keepdim, mean);
+  }
+  // The (outer, n, inner) view of x and the output shape.
+  template <class B>
+  static Shape plan(Saved<B>& s, const Tensor<B>& x, int axis, bool all, bool keepdim, bool mean) {
     const char* op = mean ? "mean" : "sum";
-    detail::check_f32(op, "x", x);
     Shape out;
     if (all) {
       s.n = x.numel();
@@ -40,10 +54,7 @@ struct ReduceOp {
     REMAT_CHECK(!mean || s.n > 0, "remat::mean: the reduced axis of shape ", x.shape().str(),
                 " is empty; the mean of no elements is undefined");
     s.scale = mean ? 1.0f / static_cast<float>(s.n) : 1.0f;
-    auto y = detail::make_tensor<B>(&x.tape(), out);
-    B::reduce_forward(y.template data<float>(), x.template data<float>(), s.outer, s.n, s.inner,
-                      s.scale);
-    return y;
+    return out;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {

@@ -22,12 +22,17 @@ struct SoftmaxOp {
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x) {
     detail::check_f32(name, "x", x);
     detail::check_nonempty(name, "x", x);
-    s.C = x.shape()[-1];
-    s.rows = x.numel() / s.C;
     auto y = detail::empty_like(x);
-    B::softmax_forward(y.template data<float>(), x.template data<float>(), s.rows, s.C);
-    s.y = y;
+    B::softmax_forward(y.template data<float>(), x.template data<float>(),
+                       x.numel() / x.shape()[-1], x.shape()[-1]);
+    save(s, y, x);
     return y;
+  }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>& y, const Tensor<B>&) {
+    s.C = y.shape()[-1];
+    s.rows = y.numel() / s.C;
+    s.y = y;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {

@@ -41,6 +41,8 @@ struct ReshapeOp {
     return detail::alias(x, shape);
   }
   template <class B>
+  static void save(Saved<B>&, const Tensor<B>&, const Tensor<B>&, const Shape&) {}
+  template <class B>
   static void backward(const Saved<B>&, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
     B::add_into(dinp[0].template data<float>(), dout.template data<float>(), dout.numel());
   }
@@ -78,6 +80,12 @@ struct PermuteOp {
     return y;
   }
   template <class B>
+  static void save(Saved<B>& s, const Tensor<B>& y, const Tensor<B>& x, const std::vector<int>& perm) {
+    s.yshape = y.shape();
+    for (int i = 0; i < x.rank(); ++i)
+      s.inverse[static_cast<std::size_t>(x.shape().axis(perm[static_cast<std::size_t>(i)], name))] = i;
+  }
+  template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
     B::permute(dinp[0].template data<float>(), dout.template data<float>(), s.yshape,
                s.inverse.data(), true);
@@ -101,14 +109,21 @@ struct SliceOp {
     REMAT_CHECK(start >= 0 && len >= 0 && start + len <= s.n, "remat::slice: range [", start,
                 ", ", start + len, ") is outside axis ", a, " of shape ", x.shape().str(),
                 " (expected 0 <= start <= start + len <= ", s.n, ")");
+    auto y = detail::make_tensor<B>(&x.tape(), x.shape().with(a, len));
+    save(s, y, x, axis, start, len);
+    B::copy_block(y.template data<float>(), len, 0, x.template data<float>(), s.n, start, len,
+                  s.outer, s.inner, false);
+    return y;
+  }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& x, int axis, std::int64_t start,
+                   std::int64_t len) {
+    const int a = x.shape().axis(axis, name);
+    s.n = x.shape()[a];
     s.outer = x.shape().prod(0, a);
     s.inner = x.shape().prod(a + 1, x.rank());
     s.start = start;
     s.len = len;
-    auto y = detail::make_tensor<B>(&x.tape(), x.shape().with(a, len));
-    B::copy_block(y.template data<float>(), len, 0, x.template data<float>(), s.n, start, len,
-                  s.outer, s.inner, false);
-    return y;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
@@ -136,12 +151,12 @@ struct ConcatOp {
                   "remat::concat: input ", i, " has shape ", xs[i].shape().str(),
                   ", input 0 has ", first.str(), " (expected equal shapes except along axis ", a,
                   ")");
-      s.sizes.push_back(xs[i].shape()[a]);
-      s.n += xs[i].shape()[a];
     }
-    s.outer = first.prod(0, a);
-    s.inner = first.prod(a + 1, first.rank());
-    auto y = detail::make_tensor<B>(&xs[0].tape(), first.with(a, s.n));
+    Shape yshape = first;
+    yshape[a] = 0;
+    for (const auto& x : xs) yshape[a] += x.shape()[a];
+    save(s, Tensor<B>(), xs, axis);
+    auto y = detail::make_tensor<B>(&xs[0].tape(), yshape);
     std::int64_t at = 0;
     for (std::size_t i = 0; i < xs.size(); ++i) {
       B::copy_block(y.template data<float>(), s.n, at, xs[i].template data<float>(), s.sizes[i], 0,
@@ -149,6 +164,18 @@ struct ConcatOp {
       at += s.sizes[i];
     }
     return y;
+  }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>&, const std::vector<Tensor<B>>& xs, int axis) {
+    const int a = xs[0].shape().axis(axis, name);
+    s.sizes.clear();
+    s.n = 0;
+    for (const auto& x : xs) {
+      s.sizes.push_back(x.shape()[a]);
+      s.n += x.shape()[a];
+    }
+    s.outer = xs[0].shape().prod(0, a);
+    s.inner = xs[0].shape().prod(a + 1, xs[0].rank());
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {

@@ -1,0 +1,363 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// remat::checkpoint(fn, inputs...): runs fn keeping only its inputs (and what a policy keeps),
+// and replays it from those inputs when backward reaches it. checkpoint_sequential() cuts a
+// chain of blocks into segments.
+//
+// NOTE [checkpoint semantics]
+// 1. Forward runs fn with recording off: no interior op records a node, so no interior Saved
+//    outlives its op. The tape records one "checkpoint" node: inputs, outputs, a copy of fn, the
+//    RNG counter at the start, the first run's op trace, and the outputs the policy kept.
+// 2. Backward at that node restores the RNG counter, replays fn on aliases of the inputs into a
+//    scratch range of the tape, checks the replay against the first run (every op's kind, shape
+//    and dtype; with verify_values also its bytes), backpropagates through the scratch range and
+//    frees it at once. Captured parameters get their gradients directly; the inputs' gradients
+//    flow on to the rest of the graph.
+// 3. fn must be pure in its inputs and captured parameters. The replay check catches state that
+//    changes between the two runs (a cache, a counter) and names the first op that differs.
+// 4. A checkpoint inside another segment's first run is a plain call; it becomes a segment of
+//    its own while the outer one replays, so the innermost segment owns its saved tensors.
+// 5. Under NoGrad, or when nothing inside needs a gradient, checkpoint() is a plain call.
+// 6. Dropout needs no stashed state: its masks are a function of (seed, counter), and the
+//    replay starts from the same counter, so it draws the same masks on every backend.
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "remat/checkpoint/policy.hpp"
+#include "remat/core/apply.hpp"
+
+namespace remat {
+
+/// Options of one checkpoint() call, as chained setters:
+///   CheckpointOptions{}.name("block 3").policy(policy::save_linear()).verify_values(true)
+class CheckpointOptions {
+ public:
+  /// Shown in the segment ledger and in errors.
+  CheckpointOptions& name(std::string n) {
+    name_ = std::move(n);
+    return *this;
+  }
+  /// Which interior outputs are kept instead of recomputed (default: none).
+  CheckpointOptions& policy(Policy p) {
+    policy_ = std::move(p);
+    return *this;
+  }
+  /// Debug mode: hash every interior output in both runs and require them bitwise equal.
+  /// Also on for every segment when the environment has REMAT_CHECKPOINT_DEBUG=1.
+  CheckpointOptions& verify_values(bool on) {
+    verify_ = on;
+    return *this;
+  }
+  const std::string& name() const noexcept { return name_; }
+  const Policy& policy() const noexcept { return policy_; }
+  bool verify_values() const noexcept { return verify_ || debug_from_env(); }
+
+ private:
+  static bool debug_from_env() {
+    static const bool on = [] {
+      const char* v = std::getenv("REMAT_CHECKPOINT_DEBUG");
+      return v && *v && std::string(v) != "0";
+    }();
+    return on;
+  }
+  std::string name_;
+  Policy policy_;
+  bool verify_ = false;
+};
+
+namespace detail {
+
+template <class T> struct is_std_vector : std::false_type {};
+template <class T, class A> struct is_std_vector<std::vector<T, A>> : std::true_type {};
+template <class T, class = void> struct is_tuple_like : std::false_type {};
+template <class T>
+struct is_tuple_like<T, std::void_t<decltype(std::tuple_size<T>::value)>> : std::true_type {};
+
+/// Pointers to every tensor in fn's result: a Tensor, a tuple/pair of them, or a vector.
+template <class B, class T>
+void collect(T& v, std::vector<Tensor<B>*>& out) {
+  if constexpr (std::is_same_v<T, Tensor<B>>) {
+    out.push_back(&v);
+  } else if constexpr (is_std_vector<T>::value) {
+    for (auto& e : v) collect<B>(e, out);
+  } else {
+    static_assert(is_tuple_like<T>::value,
+                  "remat::checkpoint: the function must return a Tensor, a tuple or pair of "
+                  "Tensors, or a std::vector of Tensors");
+    std::apply([&](auto&... e) { (collect<B>(e, out), ...); }, v);
+  }
+}
+
+template <class B>
+class FrameGuard {
+ public:
+  FrameGuard(Tape<B>& t, SegmentFrame<B>* f) : t_(t), f_(f) { t_.push_frame(f_); }
+  ~FrameGuard() { t_.pop_frame(f_); }
+  FrameGuard(const FrameGuard&) = delete;
+  FrameGuard& operator=(const FrameGuard&) = delete;
+
+ private:
+  Tape<B>& t_;
+  SegmentFrame<B>* f_;
+};
+
+inline double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// The tape node of one segment: owns fn, the boundary inputs and the kept outputs.
+template <class B, class Fn, class Out, std::size_t N>
+struct CheckpointBody final : NodeBody<B> {
+  CheckpointBody(Fn f, const std::array<Tensor<B>, N>& in, CheckpointOptions o, std::size_t sid,
+                 std::uint64_t rng)
+      : fn(std::move(f)), inputs(in), opt(std::move(o)), id(sid), rng_offset(rng) {}
+
+  ~CheckpointBody() override {
+    if (!retained) return;
+    for (const auto& t : inputs) t.storage()->release_saved();
+    for (const auto& k : kept) k.second.storage()->release_saved();
+  }
+
+  /// After the first run: holds the inputs and kept outputs as saved activations.
+  void retain(SegmentStats& st) {
+    std::set<const void*> seen;
+    auto hold = [&](const Tensor<B>& t, std::int64_t& bytes) {
+      t.storage()->retain_saved();
+      if (seen.insert(t.storage().get()).second) {
+        this->saved_bytes += t.storage()->bytes();
+        bytes += static_cast<std::int64_t>(t.storage()->bytes());
+      }
+    };
+    st.boundary_bytes = st.kept_bytes = 0;
+    for (const auto& t : inputs) hold(t, st.boundary_bytes);
+    for (const auto& k : kept) hold(k.second, st.kept_bytes);
+    retained = true;
+  }
+
+  std::string label() const {
+    return detail::cat("segment ", id, opt.name().empty() ? "" : " ('" + opt.name() + "')");
+  }
+
+  void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
+                std::vector<Tensor<B>>& dinp) override {
+    const double t0 = seconds_now();
+    // Replay from aliases of the boundary inputs, so their gradients collect apart.
+    std::array<Tensor<B>, N> in;
+    for (std::size_t i = 0; i < N; ++i) {
+      in[i] = detail::alias(inputs[i], inputs[i].shape());
+      in[i].impl()->requires_grad = dinp[i].defined();
+      in[i].impl()->grad_category = Category::temporaries;
+    }
+    SegmentFrame<B> frame;
+    frame.mode = FrameMode::replay;
+    frame.hash_values = opt.verify_values();
+    frame.trace = &trace;
+    frame.kept = &kept;
+    const std::uint64_t rng_after = tape.rng_offset();
+    tape.set_rng_offset(rng_offset);
+    const std::size_t begin = tape.num_nodes();
+    Out out;
+    try {
+      EnableGrad grad_on;
+      FrameGuard<B> guard(tape, &frame);
+      out = std::apply(fn, in);
+    } catch (const std::exception& e) {
+      tape.set_rng_offset(rng_after);
+      throw Error(detail::cat("remat::checkpoint: ", label(),
+                              " threw while replaying in backward: ", e.what()));
+    }
+    tape.set_rng_offset(rng_after);
+    if (frame.mismatch.empty() && frame.count != static_cast<std::int64_t>(trace.size()))
+      frame.mismatch = detail::cat("the replay ran ", frame.count, " ops, the first pass ",
+                                   trace.size());
+    std::vector<Tensor<B>*> outs;
+    collect<B>(out, outs);
+    check_outputs(outs, frame.mismatch);
+
+    // Seed the replayed outputs with the gradients that reached the segment, then backprop.
+    for (std::size_t o = 0; o < outs.size(); ++o) {
+      const Tensor<B>& r = *outs[o];
+      if (!r.requires_grad()) continue;  // it depends on nothing that needs a gradient
+      if (!r.is_leaf()) {
+        Tensor<B>& slot = tape.grad_slots()[static_cast<std::size_t>(r.impl()->id)];
+        if (!slot.defined())
+          slot = douts[o];
+        else
+          B::add_into(slot.template data<float>(), douts[o].template data<float>(), douts[o].numel());
+      } else {
+        Tensor<B> g = tape.leaf_grad(r.impl_ptr());
+        B::add_into(g.template data<float>(), douts[o].template data<float>(), douts[o].numel());
+      }
+    }
+    tape.run_backward(begin);
+    for (std::size_t i = 0; i < N; ++i) {
+      if (!dinp[i].defined()) continue;
+      if (auto g = in[i].grad(); g.defined())
+        B::add_into(dinp[i].template data<float>(), g.template data<float>(), g.numel());
+    }
+    SegmentStats& st = tape.segment_stats(id);
+    st.replays += 1;
+    st.remat_bytes = frame.remat_bytes;
+    st.replay_s += seconds_now() - t0;
+  }
+
+  void check_outputs(const std::vector<Tensor<B>*>& outs, const std::string& first_diff) const {
+    const char* hint = ". Does the checkpointed function read state that changes between "
+                       "forward and backward (a cache, a counter, a flag)?";
+    const std::string where = first_diff.empty() ? "" : "; first difference: " + first_diff;
+    REMAT_CHECK(outs.size() == out_meta.size(), "remat::checkpoint: replay of ", label(),
+                " produced ", outs.size(), " outputs, but the forward pass produced ",
+                out_meta.size(), where, hint);
+    for (std::size_t o = 0; o < outs.size(); ++o) {
+      REMAT_CHECK(outs[o]->defined(), "remat::checkpoint: replay of ", label(), " returned an "
+                  "undefined tensor as output ", o, where, hint);
+      REMAT_CHECK(outs[o]->shape() == out_meta[o].first && outs[o]->dtype() == out_meta[o].second,
+                  "remat::checkpoint: replay of ", label(), " produced output ", o,
+                  " with shape ", outs[o]->shape().str(), " ", dtype_name(outs[o]->dtype()),
+                  ", but the forward pass produced ", out_meta[o].first.str(), " ",
+                  dtype_name(out_meta[o].second), where, hint);
+    }
+    REMAT_CHECK(first_diff.empty(), "remat::checkpoint: replay of ", label(),
+                " differs from the forward pass: ", first_diff, hint);
+  }
+
+  Fn fn;
+  std::array<Tensor<B>, N> inputs;
+  CheckpointOptions opt;
+  std::size_t id;
+  std::uint64_t rng_offset;
+  std::vector<TraceEntry> trace;
+  std::map<std::int64_t, Tensor<B>> kept;
+  std::vector<std::pair<Shape, DType>> out_meta;
+  bool retained = false;
+};
+
+}  // namespace detail
+
+/// Runs fn(inputs...) keeping only the inputs (and what opt's policy keeps) for backward, which
+/// replays fn from them. fn returns a Tensor, a tuple/pair of Tensors or a vector of Tensors.
+/// fn is copied into the tape node: what it captures by reference (modules) must outlive the
+/// backward pass. See NOTE [checkpoint semantics].
+template <class Fn, class B, class... Rest>
+auto checkpoint(const CheckpointOptions& opt, Fn&& fn, const Tensor<B>& first,
+                const Rest&... rest) {
+  static_assert((std::is_same_v<Rest, Tensor<B>> && ...),
+                "remat::checkpoint: every input must be a Tensor of the same backend (capture "
+                "other arguments in the function)");
+  constexpr std::size_t N = 1 + sizeof...(Rest);
+  using F = std::decay_t<Fn>;
+  using Out = std::decay_t<std::invoke_result_t<F&, Tensor<B>&, Rest&...>>;
+  const std::array<Tensor<B>, N> in{first, rest...};
+  Tape<B>& tape = detail::common_tape<B>("checkpoint", in);
+  if (!grad_enabled()) return Out(fn(first, rest...));
+  if (!tape.recording()) {  // inside another segment's first run: a plain call (NOTE 4)
+    detail::SegmentFrame<B> plain;
+    detail::FrameGuard<B> guard(tape, &plain);
+    return Out(fn(first, rest...));
+  }
+  const std::size_t id = tape.next_segment_id();
+  using Body = detail::CheckpointBody<B, F, Out, N>;
+  auto body = std::make_unique<Body>(F(std::forward<Fn>(fn)), in, opt, id, tape.rng_offset());
+  detail::SegmentFrame<B> frame;
+  frame.mode = detail::FrameMode::first_run;
+  frame.policy = &body->opt.policy();
+  frame.hash_values = body->opt.verify_values();
+  frame.trace = &body->trace;
+  frame.kept = &body->kept;
+  Out out = [&] {
+    detail::FrameGuard<B> guard(tape, &frame);
+    std::array<Tensor<B>, N> args = in;
+    return Out(std::apply(body->fn, args));
+  }();
+  std::vector<Tensor<B>*> outs;
+  detail::collect<B>(out, outs);
+  REMAT_CHECK(!outs.empty(), "remat::checkpoint: the function returned no tensor (expected at "
+              "least one output)");
+  SegmentStats& st = tape.segment_stats(id);
+  st.name = opt.name().empty() ? "segment " + std::to_string(id) : opt.name();
+  st.forwards += 1;
+  st.freed_bytes = frame.freed_bytes;
+  if (!frame.touched_grad) return out;  // nothing inside needs a gradient (NOTE 5)
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    REMAT_CHECK(outs[o]->defined() && &outs[o]->tape() == &tape, "remat::checkpoint: output ", o,
+                " is undefined or belongs to another tape");
+    // Fresh handles over the same storage: an output may be an input, a parameter or another
+    // output, and recording must not turn those into non-leaves.
+    Tensor<B> a = detail::alias(*outs[o], outs[o]->shape());
+    a.impl()->name = outs[o]->name();
+    *outs[o] = a;
+    body->out_meta.emplace_back(a.shape(), a.dtype());
+  }
+  body->retain(st);
+  std::vector<const Tensor<B>*> ins;
+  for (const auto& t : in) ins.push_back(&t);
+  tape.record("checkpoint", ins, outs, std::move(body));
+  return out;
+}
+
+/// checkpoint() with default options.
+template <class Fn, class B, class... Rest>
+auto checkpoint(Fn&& fn, const Tensor<B>& first, const Rest&... rest) {
+  return checkpoint(CheckpointOptions{}, std::forward<Fn>(fn), first, rest...);
+}
+
+/// Runs the blocks in order on x (each `block(x)` -> Tensor), cut into `segments` runs of
+/// near-equal length; every run but the last is checkpointed (the last would be replayed right
+/// after its forward, so keeping it costs no more memory at the peak and saves its replay).
+/// `blocks` must outlive the backward pass.
+template <class Blocks, class B>
+Tensor<B> checkpoint_sequential(const Blocks& blocks, std::size_t segments, const Tensor<B>& x,
+                                const CheckpointOptions& opt = {}) {
+  const std::size_t n = static_cast<std::size_t>(std::size(blocks));
+  REMAT_CHECK(segments >= 1 && segments <= std::max<std::size_t>(n, 1),
+              "remat::checkpoint_sequential: ", segments, " segments for ", n,
+              " blocks (expected 1 <= segments <= blocks)");
+  Tensor<B> h = x;
+  for (std::size_t s = 0; s < segments; ++s) {
+    const std::size_t lo = n * s / segments, hi = n * (s + 1) / segments;
+    auto run = [&blocks, lo, hi](const Tensor<B>& in) {
+      Tensor<B> t = in;
+      for (std::size_t i = lo; i < hi; ++i) t = std::data(blocks)[i](t);
+      return t;
+    };
+    if (s + 1 < segments) {
+      CheckpointOptions o = opt;
+      if (o.name().empty()) o.name("blocks " + std::to_string(lo) + "-" + std::to_string(hi - 1));
+      h = checkpoint(o, run, h);
+    } else {
+      h = run(h);
+    }
+  }
+  return h;
+}
+
+/// The per-segment ledger of a tape as a table: bytes freed in forward, kept, recomputed, and
+/// the replays with their time.
+template <class B>
+std::string segment_table(Tape<B>& tape) {
+  std::string s =
+      "segment                  forwards  replays  boundary MiB  kept MiB  freed MiB  "
+      "remat MiB  replay ms\n";
+  char line[256];
+  for (const auto& st : tape.segment_stats()) {
+    std::snprintf(line, sizeof line, "%-24s %8lld %8lld %13.2f %9.2f %10.2f %10.2f %10.1f\n",
+                  st.name.c_str(), static_cast<long long>(st.forwards),
+                  static_cast<long long>(st.replays), st.boundary_bytes / 1048576.0,
+                  st.kept_bytes / 1048576.0, st.freed_bytes / 1048576.0,
+                  st.remat_bytes / 1048576.0, st.replay_s * 1e3);
+    s += line;
+  }
+  return s;
+}
+
+}  // namespace remat

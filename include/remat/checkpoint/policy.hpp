@@ -1,0 +1,79 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Selective checkpoint policies: which interior ops' outputs a segment keeps from its first run
+// instead of recomputing them in backward. Only ops that can rebuild their backward state from
+// their output (they define `save`: linear, matmul, pointwise, shape ops) can be kept; norms,
+// attention and the loss are always recomputed inside a segment.
+
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "remat/core/segment.hpp"
+#include "remat/core/tape.hpp"
+
+namespace remat {
+namespace policy {
+
+/// Keep nothing: every interior op is recomputed (the default).
+inline Policy recompute_all() { return Policy{}; }
+
+/// Megatron's selective recompute: keep the outputs of the linear layers; recompute norms,
+/// pointwise ops and the attention core (scores, softmax, probabilities times values).
+inline Policy save_linear() {
+  Policy p;
+  p.name = "save_linear";
+  p.keep_op = [](const OpInfo& op) { return std::strcmp(op.op, "linear") == 0; };
+  return p;
+}
+
+/// JAX's checkpoint_dots: keep every matrix product's output (linear and matmul).
+inline Policy save_matmuls() {
+  Policy p;
+  p.name = "save_matmuls";
+  p.keep_op = [](const OpInfo& op) {
+    return std::strcmp(op.op, "linear") == 0 || std::strcmp(op.op, "matmul") == 0;
+  };
+  return p;
+}
+
+/// Keep the tensors tagged inside the segment with one of these names (remat::tag).
+inline Policy save_names(std::vector<std::string> names) {
+  Policy p;
+  p.name = "save_names";
+  p.keep_names = std::move(names);
+  return p;
+}
+
+/// A user predicate over each interior op (its kind, index, output shape and bytes).
+inline Policy custom(std::function<bool(const OpInfo&)> keep, std::string name = "custom") {
+  Policy p;
+  p.name = std::move(name);
+  p.keep_op = std::move(keep);
+  return p;
+}
+
+}  // namespace policy
+
+/// Names x so a checkpoint policy can keep it (policy::save_names). Inside a segment's first
+/// run, a tensor whose name the policy lists is kept for the replay; elsewhere only named.
+template <class B>
+Tensor<B> tag(const Tensor<B>& x, std::string name) {
+  x.impl()->name = std::move(name);
+  Tape<B>& tape = x.tape();
+  if (!tape.in_segment()) return x;
+  detail::SegmentFrame<B>& top = *tape.frames().back();
+  const std::int64_t i = x.impl()->segment_op;
+  if (top.mode != detail::FrameMode::first_run || !top.policy || i < 0 ||
+      x.impl()->segment_serial != top.serial || i >= static_cast<std::int64_t>(top.trace->size()))
+    return x;
+  for (const auto& n : top.policy->keep_names)
+    if (n == x.impl()->name && (*top.trace)[static_cast<std::size_t>(i)].keepable &&
+        x.impl()->segment_grad)
+      top.kept->emplace(i, x);
+  return x;
+}
+
+}  // namespace remat

@@ -1,0 +1,123 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// The tape's side of checkpointing: while a checkpoint() segment runs, the tape holds a stack of
+// SegmentFrames, and every op (core/apply.hpp) reports to them. A frame in its first run keeps
+// nothing but what its policy asks for; a frame in replay hands those kept outputs back and
+// checks each op against the first run. The public API is in remat/checkpoint/.
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "remat/core/tensor.hpp"
+
+namespace remat {
+
+/// What a checkpoint policy sees of one interior op.
+struct OpInfo {
+  const char* op;        // "linear", "matmul", "gelu", ...
+  std::int64_t index;    // position among the segment's ops, from 0
+  const Shape* shape;    // the output's shape
+  std::int64_t bytes;    // the output's bytes
+};
+
+/// Decides per interior op whether its output is kept from the first run (true) or
+/// recomputed in backward (false); and which tagged tensors (remat::tag) are kept.
+struct Policy {
+  std::string name = "recompute_all";
+  std::function<bool(const OpInfo&)> keep_op;  // empty: keep no op by kind
+  std::vector<std::string> keep_names;         // tags whose tensors are kept
+  bool keeps_anything() const { return static_cast<bool>(keep_op) || !keep_names.empty(); }
+};
+
+/// What one checkpoint segment did in the last step, and its replays over time.
+struct SegmentStats {
+  std::string name;
+  std::int64_t forwards = 0;        // first runs (one per step)
+  std::int64_t replays = 0;         // replays in backward
+  std::int64_t boundary_bytes = 0;  // inputs kept for the replay (last step)
+  std::int64_t kept_bytes = 0;      // outputs kept by the policy (last step)
+  std::int64_t freed_bytes = 0;     // bytes the interior would have saved without checkpointing
+  std::int64_t remat_bytes = 0;     // bytes recomputed by the last replay
+  double replay_s = 0.0;            // total seconds spent replaying
+};
+
+namespace detail {
+
+enum class FrameMode { first_run, replay, plain };
+
+/// One op as the first run saw it; the replay must see the same.
+struct TraceEntry {
+  const char* op = "";
+  Shape shape;
+  DType dtype = DType::f32;
+  std::uint64_t hash = 0;  // of the output's bytes, when values are verified
+  bool keepable = false;   // the op can rebuild its backward state from its output
+};
+
+/// 64-bit hash of a buffer (FNV-1a over 8-byte words); a cheap bitwise fingerprint.
+inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  std::uint64_t h = 1469598103934665603ull;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, c + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+template <class B>
+struct SegmentFrame {
+  FrameMode mode = FrameMode::plain;
+  std::uint64_t serial = 0;                  // unique per frame on its tape
+  std::int64_t count = 0;                    // ops seen in this frame (nested ones included)
+  const Policy* policy = nullptr;            // first run
+  bool hash_values = false;                  // verify values bitwise
+  std::vector<TraceEntry>* trace = nullptr;  // first run fills it; replay compares with it
+  std::map<std::int64_t, Tensor<B>>* kept = nullptr;  // index -> output kept from the first run
+  bool touched_grad = false;                 // first run: some op's input needed a gradient
+  std::int64_t freed_bytes = 0;              // first run: bytes the ops would have saved
+  std::int64_t remat_bytes = 0;              // replay: bytes of recomputed outputs
+  std::string mismatch;                      // replay: the first op that differs, described
+  std::set<std::weak_ptr<Storage<B>>, std::owner_less<std::weak_ptr<Storage<B>>>> counted;
+
+  /// Notes the op that made `out` at this frame's next index.
+  void note(const char* op, const Tensor<B>& out, std::uint64_t hash, bool keepable) {
+    const std::int64_t i = count++;
+    if (mode == FrameMode::first_run) {
+      trace->push_back(TraceEntry{op, out.shape(), out.dtype(), hash, keepable});
+    } else if (mode == FrameMode::replay && mismatch.empty()) {
+      if (i >= static_cast<std::int64_t>(trace->size())) {
+        mismatch = detail::cat("op ", i, " (", op, ") did not run in the first pass, which ran ",
+                               trace->size(), " ops");
+        return;
+      }
+      const TraceEntry& t = (*trace)[static_cast<std::size_t>(i)];
+      if (std::strcmp(t.op, op) != 0 || t.shape != out.shape() || t.dtype != out.dtype())
+        mismatch = detail::cat("op ", i, " is ", op, " with output ", out.shape().str(), " ",
+                               dtype_name(out.dtype()), " in the replay but was ", t.op,
+                               " with output ", t.shape.str(), " ", dtype_name(t.dtype),
+                               " in the first pass");
+      else if (hash_values && t.hash != hash)
+        mismatch = detail::cat("op ", i, " (", op, ", output ", out.shape().str(),
+                               ") computed different values in the replay than in the first "
+                               "pass (bitwise)");
+    }
+  }
+  /// First run: counts the bytes an op would have saved, each buffer once.
+  void count_saved(const std::shared_ptr<Storage<B>>& s) {
+    if (s && counted.insert(s).second) freed_bytes += static_cast<std::int64_t>(s->bytes());
+  }
+};
+
+}  // namespace detail
+}  // namespace remat
