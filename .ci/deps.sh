@@ -5,7 +5,7 @@ set -euo pipefail
 want=()
 for what in "${@:-build}"; do
   case "$what" in
-    build) want+=(ca-certificates cmake make g++ libeigen3-dev libopenblas-dev catch2
+    build) want+=(ca-certificates cmake make g++ libeigen3-dev libopenblas-openmp-dev catch2
                   libcli11-dev nlohmann-json3-dev) ;;
     torch) want+=(python3 python3-torch libopenblas0-pthread) ;;
     *) echo "deps.sh: unknown group '$what' (expected build or torch)" >&2; exit 2 ;;

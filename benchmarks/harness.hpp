@@ -4,7 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
+
+#include <remat/core/segment.hpp>
 
 namespace remat_bench {
 
@@ -25,6 +31,37 @@ inline Summary summarize(std::vector<double> v) {
   s.min = v.front();
   s.max = v.back();
   return s;
+}
+
+/// A field of /proc/self/status in bytes ("VmRSS": resident now, "VmHWM": its high-water mark).
+inline std::int64_t rss_bytes(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  std::int64_t kb = -1;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') kb = std::atoll(line + n + 1);
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+/// The per-segment ledger as a JSON array.
+inline std::string segments_json(const std::vector<remat::SegmentStats>& v) {
+  std::string s = "[";
+  char buf[512];
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto& st = v[i];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"name\":\"%s\",\"forwards\":%lld,\"replays\":%lld,\"boundary_bytes\":%lld,"
+                  "\"kept_bytes\":%lld,\"freed_bytes\":%lld,\"remat_bytes\":%lld,\"replay_s\":%.6f}",
+                  i ? "," : "", st.name.c_str(), static_cast<long long>(st.forwards),
+                  static_cast<long long>(st.replays), static_cast<long long>(st.boundary_bytes),
+                  static_cast<long long>(st.kept_bytes), static_cast<long long>(st.freed_bytes),
+                  static_cast<long long>(st.remat_bytes), st.replay_s);
+    s += buf;
+  }
+  return s + "]";
 }
 
 }  // namespace remat_bench

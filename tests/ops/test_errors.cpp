@@ -27,6 +27,8 @@ TEST_CASE("shape mismatches name the op and both shapes", "[errors]") {
   REQUIRE_THROWS_WITH(linear(a, ones(t, {2, 2}), ones(t, {2})), REMAT_CONTAINS("expected weight [in, out]"));
   REQUIRE_THROWS_WITH(layer_norm(a, c, c), REMAT_CONTAINS("remat::layer_norm: weight is [4] and bias is [4] for x [2, 3]"));
   REQUIRE_THROWS_WITH(attention(a, b, a), REMAT_CONTAINS("remat::attention: q is [2, 3], k is [3, 2]"));
+  REQUIRE_THROWS_WITH(self_attention(ones(t, {2, 3, 12}), 5),
+                      REMAT_CONTAINS("remat::self_attention: qkv is [2, 3, 12] with 5 heads"));
   REQUIRE_THROWS_WITH(concat(std::vector<Tensor<Cpu>>{a, b}, 0), REMAT_CONTAINS("remat::concat: input 1 has shape [3, 2]"));
   REQUIRE_THROWS_WITH(reshape(a, {4, 2}), REMAT_CONTAINS("remat::reshape: [2, 3] has 6 elements, the new shape [4, 2] has 8"));
   REQUIRE_THROWS_WITH(slice(a, 1, 2, 2), REMAT_CONTAINS("remat::slice: range [2, 4) is outside axis 1"));

@@ -114,6 +114,31 @@ TEST_CASE("attention matches finite differences, causal and not", "[ops][grad]")
   gradcheck(tape, [](const V& x) { return attention(x[0], x[1], x[2], false); }, {q, k, v});
   auto q3 = param(tape, {7, 8}, 4), k3 = param(tape, {7, 8}, 5), v3 = param(tape, {7, 8}, 6);
   gradcheck(tape, [](const V& x) { return attention(x[0], x[1], x[2], true); }, {q3, k3, v3});
+  // Longer than the CPU kernel's 64-row blocks: the causal limit falls inside later blocks.
+  auto ql = param(tape, {1, 2, 150, 4}, 7), kl = param(tape, {1, 2, 150, 4}, 8), vl = param(tape, {1, 2, 150, 4}, 9);
+  for (bool causal : {true, false})
+    gradcheck(tape, [&](const V& x) { return attention(x[0], x[1], x[2], causal); }, {ql, kl, vl});
+}
+
+TEST_CASE("self-attention on a packed qkv matches finite differences and the unpacked op",
+          "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto qkv = param(tape, {2, 5, 3 * 6}, 1);  // B 2, T 5, C 6, 3 heads of 2
+  gradcheck(tape, [](const V& x) { return self_attention(x[0], 3); }, {qkv});
+  gradcheck(tape, [](const V& x) { return self_attention(x[0], 2, false); }, {qkv});
+  auto big = param(tape, {1, 130, 3 * 8}, 2);  // past the 64-row blocks
+  remat_test::GradcheckOptions o;
+  o.max_elems = 24;
+  gradcheck(tape, [](const V& x) { return self_attention(x[0], 2); }, {big}, o);
+  // Same numbers as splitting into heads by hand and calling attention().
+  NoGrad ng;
+  auto heads = [&](int part) {
+    return permute(reshape(slice(qkv, 2, 6 * part, 6), {2, 5, 3, 2}), {0, 2, 1, 3});
+  };
+  auto ref = reshape(permute(attention(heads(0), heads(1), heads(2)), {0, 2, 1, 3}), {2, 5, 6});
+  const auto a = self_attention(qkv, 3).to_vector(), b = ref.to_vector();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
 }
 
 TEST_CASE("cross-entropy matches finite differences", "[ops][grad]") {

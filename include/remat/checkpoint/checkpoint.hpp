@@ -180,6 +180,7 @@ struct CheckpointBody final : NodeBody<B> {
     if (frame.mismatch.empty() && frame.count != static_cast<std::int64_t>(trace.size()))
       frame.mismatch = detail::cat("the replay ran ", frame.count, " ops, the first pass ",
                                    trace.size());
+    const double replay_s = seconds_now() - t0;
     std::vector<Tensor<B>*> outs;
     collect<B>(out, outs);
     check_outputs(outs, frame.mismatch);
@@ -208,7 +209,7 @@ struct CheckpointBody final : NodeBody<B> {
     SegmentStats& st = tape.segment_stats(id);
     st.replays += 1;
     st.remat_bytes = frame.remat_bytes;
-    st.replay_s += seconds_now() - t0;
+    st.replay_s += replay_s;
   }
 
   void check_outputs(const std::vector<Tensor<B>*>& outs, const std::string& first_diff) const {

@@ -44,7 +44,7 @@ struct SegmentStats {
   std::int64_t kept_bytes = 0;      // outputs kept by the policy (last step)
   std::int64_t freed_bytes = 0;     // bytes the interior would have saved without checkpointing
   std::int64_t remat_bytes = 0;     // bytes recomputed by the last replay
-  double replay_s = 0.0;            // total seconds spent replaying
+  double replay_s = 0.0;            // total seconds spent re-running fn (not its backward)
 };
 
 namespace detail {

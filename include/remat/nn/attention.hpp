@@ -7,7 +7,6 @@
 #include "remat/nn/layers.hpp"
 #include "remat/ops/attention.hpp"
 #include "remat/ops/dropout.hpp"
-#include "remat/ops/view.hpp"
 
 namespace remat {
 namespace nn {
@@ -26,16 +25,9 @@ class CausalSelfAttention : public Module<B> {
     this->add_module("c_proj", c_proj);
   }
 
-  // x (B, T, C) -> (B, T, C)
+  // x (B, T, C) -> qkv (B, T, 3C) -> heads attend -> (B, T, C) -> c_proj
   Tensor<B> operator()(const Tensor<B>& x, bool training = true) const {
-    const std::int64_t Bn = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
-    auto qkv = split(c_attn(x), -1, {C, C, C});  // 3 x (B, T, C)
-    auto heads = [&](const Tensor<B>& t) {       // (B, T, C) -> (B, H, T, D)
-      return permute(reshape(t, {Bn, T, H, D}), {0, 2, 1, 3});
-    };
-    auto y = attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*causal=*/true);
-    y = reshape(permute(y, {0, 2, 1, 3}), {Bn, T, C});  // (B, H, T, D) -> (B, T, C)
-    return dropout(c_proj(y), dropout_, training);
+    return dropout(c_proj(self_attention(c_attn(x), n_head_, /*causal=*/true)), dropout_, training);
   }
 
   Linear<B> c_attn, c_proj;

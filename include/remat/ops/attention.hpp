@@ -1,12 +1,15 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// Scaled dot-product attention over (..., T, D) tensors, causal or not. The backend decides
-// what is kept for backward (the CPU keeps the probabilities P, BH x T x T floats).
+// Scaled dot-product attention: over (..., T, D) tensors (attention), and fused for GPT over a
+// packed qkv (B, T, 3C) -> (B, T, C) (self_attention: no split, no head transposes, no copies).
+// The backend decides what is kept for backward (the CPU keeps the probabilities P,
+// B H T T floats).
 
 #include <array>
 #include <cmath>
 
 #include "remat/core/apply.hpp"
+#include "remat/ops/math.hpp"
 
 namespace remat {
 
@@ -16,8 +19,9 @@ struct AttentionOp {
   static constexpr const char* name = "attention";
   template <class B>
   struct Saved {
-    std::int64_t BH = 0, T = 0, D = 0;
+    AttentionLayout L;
     float scale = 1.0f;
+    bool causal = true;
     Tensor<B> q, k, v, aux;  // aux: the backend's saved statistics (P on the CPU)
     template <class F> void each(F f) const { f(q); f(k); f(v); f(aux); }
   };
@@ -29,15 +33,20 @@ struct AttentionOp {
                 "remat::attention: q is ", q.shape().str(), ", k is ", k.shape().str(), ", v is ",
                 v.shape().str(), " (expected three equal shapes (..., T, D), e.g. [B, H, T, D])");
     detail::check_nonempty(name, "q", q);
-    s.T = q.shape()[-2];
-    s.D = q.shape()[-1];
-    s.BH = q.numel() / (s.T * s.D);
-    s.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+    AttentionLayout& L = s.L;
+    L.T = q.shape()[-2];
+    L.D = q.shape()[-1];
+    L.B = q.numel() / (L.T * L.D);  // every leading dimension: one (batch, head) each
+    L.H = 1;
+    L.q_batch = L.o_batch = L.T * L.D;
+    L.q_row = L.o_row = L.D;
+    s.scale = 1.0f / std::sqrt(static_cast<float>(L.D));
+    s.causal = causal;
     auto o = detail::empty_like(q);
-    s.aux = detail::make_tensor<B>(&q.tape(), Shape{B::attention_aux_numel(s.BH, s.T, s.D)});
-    B::attention_forward(o.template data<float>(), s.aux.template data<float>(),
+    s.aux = detail::make_tensor<B>(&q.tape(), Shape{B::attention_aux_numel(L.B * L.H, L.T, L.D)});
+    B::attention_forward(L, o.template data<float>(), s.aux.template data<float>(),
                          q.template data<float>(), k.template data<float>(),
-                         v.template data<float>(), s.BH, s.T, s.D, s.scale, causal);
+                         v.template data<float>(), s.scale, causal);
     s.q = q;
     s.k = k;
     s.v = v;
@@ -46,10 +55,62 @@ struct AttentionOp {
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
     auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
-    B::attention_backward(ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
+    B::attention_backward(s.L, ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
                           s.q.template data<float>(), s.k.template data<float>(),
-                          s.v.template data<float>(), s.aux.template data<float>(), s.BH, s.T,
-                          s.D, s.scale);
+                          s.v.template data<float>(), s.aux.template data<float>(), s.scale,
+                          s.causal);
+  }
+};
+
+// The same math on GPT's packed layout: qkv (B, T, 3C) holds q | k | v, each C = H D wide, and
+// o (B, T, C) holds the heads side by side, ready for the output projection.
+struct SelfAttentionOp {
+  static constexpr const char* name = "self_attention";
+  template <class B>
+  struct Saved {
+    AttentionLayout L;
+    float scale = 1.0f;
+    bool causal = true;
+    Tensor<B> qkv, aux;
+    template <class F> void each(F f) const { f(qkv); f(aux); }
+  };
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& qkv, std::int64_t n_head, bool causal) {
+    detail::check_f32(name, "qkv", qkv);
+    detail::check_nonempty(name, "qkv", qkv);
+    REMAT_CHECK(qkv.rank() == 3 && qkv.size(2) % 3 == 0 && n_head > 0 &&
+                    (qkv.size(2) / 3) % n_head == 0,
+                "remat::self_attention: qkv is ", qkv.shape().str(), " with ", n_head,
+                " heads (expected [B, T, 3C] with C divisible by the number of heads)");
+    AttentionLayout& L = s.L;
+    const std::int64_t C = qkv.size(2) / 3;
+    L.B = qkv.size(0);
+    L.H = n_head;
+    L.T = qkv.size(1);
+    L.D = C / n_head;
+    L.q_batch = L.T * 3 * C;
+    L.q_head = L.D;
+    L.q_row = 3 * C;
+    L.o_batch = L.T * C;
+    L.o_head = L.D;
+    L.o_row = C;
+    s.scale = 1.0f / std::sqrt(static_cast<float>(L.D));
+    s.causal = causal;
+    auto o = detail::make_tensor<B>(&qkv.tape(), Shape{L.B, L.T, C});
+    s.aux = detail::make_tensor<B>(&qkv.tape(), Shape{B::attention_aux_numel(L.B * L.H, L.T, L.D)});
+    const float* q = qkv.template data<float>();
+    B::attention_forward(L, o.template data<float>(), s.aux.template data<float>(), q, q + C,
+                         q + 2 * C, s.scale, causal);
+    s.qkv = qkv;
+    return o;
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+    const std::int64_t C = s.L.H * s.L.D;
+    const float* q = s.qkv.template data<float>();
+    float* d = dinp[0].template data<float>();
+    B::attention_backward(s.L, d, d + C, d + 2 * C, dout.template data<float>(), q, q + C,
+                          q + 2 * C, s.aux.template data<float>(), s.scale, s.causal);
   }
 };
 
@@ -57,6 +118,12 @@ struct AttentionOp {
 template <class B>
 Tensor<B> attention(const Tensor<B>& q, const Tensor<B>& k, const Tensor<B>& v, bool causal = true) {
   return detail::apply<AttentionOp>(std::array<Tensor<B>, 3>{q, k, v}, causal);
+}
+
+/// Multi-head attention on a packed qkv (B, T, 3C) -> (B, T, C) with n_head heads of C / n_head.
+template <class B>
+Tensor<B> self_attention(const Tensor<B>& qkv, std::int64_t n_head, bool causal = true) {
+  return detail::apply<SelfAttentionOp>(std::array<Tensor<B>, 1>{qkv}, n_head, causal);
 }
 
 }  // namespace remat

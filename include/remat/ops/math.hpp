@@ -4,6 +4,7 @@
 // the CPU tests check them, and a GPU kernel only adds indexing and launch logic.
 
 #include <cmath>
+#include <cstdint>
 
 #include "remat/config.hpp"
 
@@ -56,4 +57,22 @@ REMAT_HOST_DEVICE inline float binary_grad_b(BinaryKind k, float a, float b) {
 }
 
 }  // namespace math
+
+/// Where attention finds (batch b, head h) in its tensors: q, k and v (and their gradients)
+/// share one layout, o (and its gradient) another; rows of T positions are `*_row` apart.
+///   (B, H, T, D) contiguous:   q_batch = H T D, q_head = T D, q_row = D
+///   GPT's packed qkv (B, T, 3C) with o (B, T, C): q_batch = 3 T C, q_head = D, q_row = 3C
+///     (k and v start C and 2C elements after q)
+struct AttentionLayout {
+  std::int64_t B = 1, H = 1, T = 0, D = 0;
+  std::int64_t q_batch = 0, q_head = 0, q_row = 0;
+  std::int64_t o_batch = 0, o_head = 0, o_row = 0;
+  REMAT_HOST_DEVICE std::int64_t q_offset(std::int64_t bh) const {
+    return (bh / H) * q_batch + (bh % H) * q_head;
+  }
+  REMAT_HOST_DEVICE std::int64_t o_offset(std::int64_t bh) const {
+    return (bh / H) * o_batch + (bh % H) * o_head;
+  }
+};
+
 }  // namespace remat

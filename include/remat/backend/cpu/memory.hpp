@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -45,17 +48,97 @@ void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
   fn(std::int64_t{0}, n);
 }
 
+// NOTE [CPU block cache]
+// Freed buffers are kept, by exact (64-byte rounded) size, and handed out again: a training
+// step allocates the same sizes every step, so after the first step no buffer comes from
+// malloc and no page is faulted in again (with glibc, large buffers are mmapped and every
+// fresh one costs page faults: 0.83 -> 1.0 s per GPT step when MALLOC_MMAP_THRESHOLD_ is low).
+// The ledger (core/memory.hpp) counts live bytes only; cached_bytes() says what the cache holds
+// on top, and empty_cache() returns it. REMAT_CPU_CACHE=0 in the environment turns it off.
+class BlockCache {
+ public:
+  static BlockCache& instance() {
+    static BlockCache c;
+    return c;
+  }
+  void* take(std::size_t rounded) {
+    if (!enabled_) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(rounded);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= rounded;
+    return p;
+  }
+  bool give(void* p, std::size_t rounded) {
+    if (!enabled_) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    free_[rounded].push_back(p);
+    cached_ += rounded;
+    return true;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : free_)
+      for (void* p : kv.second) std::free(p);
+    free_.clear();
+    cached_ = 0;
+  }
+  std::size_t cached_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+  void set_enabled(bool on) {
+    if (!on) clear();
+    enabled_ = on;
+  }
+  bool enabled() const { return enabled_; }
+  ~BlockCache() { clear(); }
+
+ private:
+  BlockCache() {
+    const char* v = std::getenv("REMAT_CPU_CACHE");
+    enabled_ = !(v && std::string(v) == "0");
+  }
+  std::mutex mu_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::size_t cached_ = 0;
+  bool enabled_ = true;
+};
+
 struct CpuMemory {
   static constexpr const char* name = "cpu";
 
   static void* allocate(std::size_t bytes) {
     const std::size_t rounded = (bytes + 63) / 64 * 64;
+    if (void* p = BlockCache::instance().take(rounded)) return p;
     void* p = std::aligned_alloc(64, rounded);
-    REMAT_CHECK(p != nullptr, "remat::Cpu::allocate: out of memory allocating ", bytes,
-                " bytes (hint: turn on checkpointing or lower the batch size)");
+    if (!p) {  // give the cache back to the system and try once more
+      BlockCache::instance().clear();
+      p = std::aligned_alloc(64, rounded);
+    }
+    if (!p)
+      throw OutOfMemory(detail::cat("remat::Cpu::allocate: out of memory allocating ", bytes,
+                                    " bytes (hint: turn on checkpointing or lower the batch size)"));
     return p;
   }
-  static void deallocate(void* p, std::size_t) noexcept { std::free(p); }
+  static void deallocate(void* p, std::size_t bytes) noexcept {
+    const std::size_t rounded = (bytes + 63) / 64 * 64;
+    bool kept = false;
+    try {
+      kept = BlockCache::instance().give(p, rounded);
+    } catch (...) {
+      kept = false;
+    }
+    if (!kept) std::free(p);
+  }
+  /// Bytes the block cache holds for reuse (not counted as live in the ledger).
+  static std::size_t cached_bytes() { return BlockCache::instance().cached_bytes(); }
+  /// Returns every cached block to the system.
+  static void empty_cache() { BlockCache::instance().clear(); }
+  /// Turns the block cache on or off (off also empties it).
+  static void set_caching(bool on) { BlockCache::instance().set_enabled(on); }
 
   static void copy_from_host(void* dst, const void* src, std::size_t bytes) {
     std::memcpy(dst, src, bytes);

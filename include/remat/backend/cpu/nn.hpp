@@ -12,6 +12,7 @@
 
 #include "remat/backend/cpu/gemm.hpp"
 #include "remat/backend/cpu/memory.hpp"
+#include "remat/ops/math.hpp"
 
 namespace remat {
 namespace cpu {
@@ -88,41 +89,69 @@ struct CpuNn {
   static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t) {
     return BH * T * T;
   }
-  // o (BH, T, D) = P v,  P = softmax(scale q k^T) with the causal mask (j > i masked) when
-  // `causal`; P is kept in p (BH, T, T).
-  static void attention_forward(float* o, float* p, const float* q, const float* k,
-                                const float* v, std::int64_t BH, std::int64_t T, std::int64_t D,
-                                float scale, bool causal) {
-    const std::int64_t TD = T * D, TT = T * T;
-    CpuGemm::gemm_batched(false, true, T, T, D, 1.0f, q, D, TD, k, D, TD, 0.0f, p, T, TT, BH);
-    parallel_for(BH * T, 16, [&](std::int64_t rb, std::int64_t re) {
-      for (std::int64_t r = rb; r < re; ++r) {
-        const std::int64_t i = r % T, valid = causal ? i + 1 : T;
-        softmax_row(p + r * T, p + r * T, valid, T, scale);
+
+  // o = P v per (batch, head),  P = softmax(scale q k^T) with the causal mask (j > i masked)
+  // when `causal`; P is kept in p (B H, T, T). q, k, v, o are read through AttentionLayout, so
+  // packed GPT layouts (qkv (B, T, 3C) -> o (B, T, C)) need no copies.
+  // Causal attention works in blocks of kRows query rows: the rows [r0, r1) only see keys
+  // [0, r1), so each GEMM stops there (about 0.6 of the full products at T = 256). The (b, h)
+  // pairs run in parallel, each with single-threaded GEMMs.
+  static constexpr std::int64_t kRows = 64;
+  static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
+                                const float* k, const float* v, float scale, bool causal) {
+    const std::int64_t T = L.T, D = L.D, TT = T * T;
+    parallel_for_chunks(L.B * L.H, num_chunks(L.B * L.H, 1), [&](int, std::int64_t hb, std::int64_t he) {
+      for (std::int64_t bh = hb; bh < he; ++bh) {
+        const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh);
+        const float *Q = q + qo, *K = k + qo, *V = v + qo;
+        float *P = p + bh * TT, *O = o + oo;
+        for (std::int64_t r0 = 0; r0 < T; r0 += kRows) {
+          const std::int64_t r1 = std::min(T, r0 + kRows), rows = r1 - r0;
+          const std::int64_t keys = causal ? r1 : T;  // keys this row block can see
+          CpuGemm::gemm(false, true, rows, keys, D, 1.0f, Q + r0 * L.q_row, L.q_row, K, L.q_row,
+                        0.0f, P + r0 * T, T);
+          for (std::int64_t i = r0; i < r1; ++i) softmax_row(P + i * T, P + i * T, causal ? i + 1 : T, T, scale);
+          CpuGemm::gemm(false, false, rows, D, keys, 1.0f, P + r0 * T, T, V, L.q_row, 0.0f,
+                        O + r0 * L.o_row, L.o_row);
+        }
       }
     });
-    CpuGemm::gemm_batched(false, false, T, D, T, 1.0f, p, T, TT, v, D, TD, 0.0f, o, D, TD, BH);
   }
   // dv += P^T do;  dP = do v^T;  dS = P (dP - sum(dP P));  dq += scale dS k;  dk += scale dS^T q
-  static void attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                 const float* q, const float* k, const float* v, const float* p,
-                                 std::int64_t BH, std::int64_t T, std::int64_t D, float scale) {
-    const std::int64_t TD = T * D, TT = T * T;
-    std::vector<float> ds(static_cast<std::size_t>(TT));
-    for (std::int64_t h = 0; h < BH; ++h) {
-      const float* P = p + h * TT;
-      if (dv) CpuGemm::gemm(true, false, T, D, T, 1.0f, P, T, dout + h * TD, D, 1.0f, dv + h * TD, D);
-      if (!dq && !dk) continue;
-      CpuGemm::gemm(false, true, T, T, D, 1.0f, dout + h * TD, D, v + h * TD, D, 0.0f, ds.data(), T);
-      for (std::int64_t i = 0; i < T; ++i) {
-        Arr S(ds.data() + i * T, T);
-        CArr Pr(P + i * T, T);
-        const float s = (S * Pr).sum();
-        S = Pr * (S - s);
+  // (in the same row blocks: entries of P past the causal limit are 0 and contribute nothing).
+  // dq, dk, dv use q's layout; dout uses o's.
+  static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
+                                 const float* dout, const float* q, const float* k, const float* v,
+                                 const float* p, float scale, bool causal) {
+    const std::int64_t T = L.T, D = L.D, TT = T * T;
+    const int chunks = num_chunks(L.B * L.H, 1);
+    std::vector<float> scratch(static_cast<std::size_t>(chunks * kRows * T));
+    parallel_for_chunks(L.B * L.H, chunks, [&](int c, std::int64_t hb, std::int64_t he) {
+      float* ds = scratch.data() + static_cast<std::size_t>(c) * kRows * T;
+      for (std::int64_t bh = hb; bh < he; ++bh) {
+        const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh);
+        const float *P = p + bh * TT, *dO = dout + oo;
+        for (std::int64_t r0 = 0; r0 < T; r0 += kRows) {
+          const std::int64_t r1 = std::min(T, r0 + kRows), rows = r1 - r0;
+          const std::int64_t keys = causal ? r1 : T;
+          const float* Pb = P + r0 * T;
+          const float* dOb = dO + r0 * L.o_row;
+          if (dv) CpuGemm::gemm(true, false, keys, D, rows, 1.0f, Pb, T, dOb, L.o_row, 1.0f, dv + qo, L.q_row);
+          if (!dq && !dk) continue;
+          CpuGemm::gemm(false, true, rows, keys, D, 1.0f, dOb, L.o_row, v + qo, L.q_row, 0.0f, ds, keys);
+          for (std::int64_t i = 0; i < rows; ++i) {
+            Arr S(ds + i * keys, keys);
+            CArr Pr(Pb + i * T, keys);
+            const float s = (S * Pr).sum();
+            S = Pr * (S - s);
+          }
+          if (dq) CpuGemm::gemm(false, false, rows, D, keys, scale, ds, keys, k + qo, L.q_row, 1.0f,
+                                dq + qo + r0 * L.q_row, L.q_row);
+          if (dk) CpuGemm::gemm(true, false, keys, D, rows, scale, ds, keys, q + qo + r0 * L.q_row,
+                                L.q_row, 1.0f, dk + qo, L.q_row);
+        }
       }
-      if (dq) CpuGemm::gemm(false, false, T, D, T, scale, ds.data(), T, k + h * TD, D, 1.0f, dq + h * TD, D);
-      if (dk) CpuGemm::gemm(true, false, T, D, T, scale, ds.data(), T, q + h * TD, D, 1.0f, dk + h * TD, D);
-    }
+    });
   }
 
   // loss = mean_i (lse_i - logits[i, t_i]) over N rows of V classes; saves lse (N)

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include <Eigen/Core>
+
 #include "remat/backend/cpu/memory.hpp"
 
 namespace remat {
@@ -18,12 +20,13 @@ struct CpuOptim {
                            float b1, float b2, float eps, float wd, float bc1, float bc2) {
     const float step = lr / bc1, sbc2 = std::sqrt(bc2), decay = 1.0f - lr * wd;
     parallel_for(n, 16384, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) {
-        p[i] *= decay;
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        p[i] -= step * m[i] / (std::sqrt(v[i]) / sbc2 + eps);
-      }
+      using A = Eigen::Map<Eigen::ArrayXf>;
+      A P(p + b, e - b), M(m + b, e - b), V(v + b, e - b);
+      const Eigen::Map<const Eigen::ArrayXf> G(g + b, e - b);
+      P *= decay;
+      M = b1 * M + (1.0f - b1) * G;
+      V = b2 * V + (1.0f - b2) * G.square();
+      P -= step * M / (V.sqrt() / sbc2 + eps);
     });
   }
   // SGD with momentum, as torch.optim.SGD (dampening 0):
