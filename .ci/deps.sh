@@ -8,7 +8,8 @@ for what in "${@:-build}"; do
     build) want+=(ca-certificates cmake make g++ libeigen3-dev libopenblas-openmp-dev catch2
                   libcli11-dev nlohmann-json3-dev) ;;
     torch) want+=(python3 python3-torch libopenblas0-pthread) ;;
-    *) echo "deps.sh: unknown group '$what' (expected build or torch)" >&2; exit 2 ;;
+    plot) want+=(python3 python3-matplotlib) ;;
+    *) echo "deps.sh: unknown group '$what' (expected build, torch or plot)" >&2; exit 2 ;;
   esac
 done
 missing=()

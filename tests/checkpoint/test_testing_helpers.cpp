@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// The Catch2 helpers users get in remat/testing/catch2.hpp: they pass on equivalent code, they
+// fail on code whose gradients differ, and the memory bound bites.
+
+#include <remat/remat.hpp>
+
+#include "support/catch.hpp"
+
+#include <remat/testing/catch2.hpp>
+
+using namespace remat;
+using T = Tensor<Cpu>;
+
+namespace {
+nn::GPTConfig config(const char* strategy) {
+  nn::GPTConfig c;
+  c.vocab_size = 32;
+  c.block_size = 16;
+  c.n_layer = 6;
+  c.n_embd = 32;
+  c.n_head = 2;
+  c.dropout = 0.1f;
+  c.checkpoint = nn::CheckpointStrategy::parse(strategy);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("the helpers pass checkpointed code with dropout and bound its memory", "[checkpoint][testing]") {
+  Tape<Cpu> tape;
+  nn::GPT<Cpu> model(tape, config("none"));
+  auto x = tape.randn({2, 16, 32}, 1.0f, 1, true);
+  auto block = [&](const T& in) { return model.h[0](in); };
+  REMAT_REQUIRE_CHECKPOINT_EQUIVALENT(tape, block, model.parameters(), x);
+
+  std::vector<T> watch = model.parameters();
+  watch.push_back(x);
+  auto run = [&](bool ck) {
+    model.config.checkpoint = nn::CheckpointStrategy::parse(ck ? "block" : "none");
+    return model.blocks(x);
+  };
+  REMAT_REQUIRE_CHECKPOINT_SAVES(tape, run, watch, 0.5);
+  REMAT_REQUIRE_PEAK_SAVED_AT_MOST(Cpu, 200000, tape.backward(mean(model.blocks(x))));
+}
+
+TEST_CASE("the helpers report a function whose gradients differ", "[checkpoint][testing]") {
+  Tape<Cpu> tape;
+  nn::GPT<Cpu> model(tape, config("none"));
+  auto x = tape.randn({2, 16, 32}, 1.0f, 1, true);
+  float scale = 1.0f;
+  auto impure = [&](const T& in) {  // values change from call to call; shapes do not
+    scale += 0.5f;
+    return model.h[0](in * scale);
+  };
+  const auto r = testing::checkpoint_equivalence(tape, impure, model.parameters(),
+                                                 CheckpointOptions{}, x);
+  CHECK_FALSE(r.equal);
+  CHECK_THAT(r.detail, REMAT_CONTAINS("gradient 2 element 0"));  // h.0.ln_1.weight: wte, wpe get none
+  const auto ok = testing::checkpoint_equivalence(tape, [&](const T& in) { return model.h[1](in); },
+                                                  model.parameters(), CheckpointOptions{}, x);
+  CHECK(ok.equal);
+  CHECK(ok.checkpoint_peak_saved > 0);
+}
