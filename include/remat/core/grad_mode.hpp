@@ -14,29 +14,31 @@ inline bool& grad_mode_flag() {
 /// True unless a NoGrad guard is alive on this thread.
 inline bool grad_enabled() { return detail::grad_mode_flag(); }
 
-/// RAII guard: ops inside its scope record nothing (evaluation, optimizer updates).
-class NoGrad {
+/// RAII guard: sets grad mode for its scope and restores the previous mode after.
+class GradModeGuard {
  public:
-  NoGrad() : prev_(detail::grad_mode_flag()) { detail::grad_mode_flag() = false; }
-  ~NoGrad() { detail::grad_mode_flag() = prev_; }
-  NoGrad(const NoGrad&) = delete;
-  NoGrad& operator=(const NoGrad&) = delete;
+  explicit GradModeGuard(bool enabled) : prev_(detail::grad_mode_flag()) {
+    detail::grad_mode_flag() = enabled;
+  }
+  ~GradModeGuard() { detail::grad_mode_flag() = prev_; }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool prev_;
 };
 
-/// RAII guard: grad mode on inside its scope (a checkpoint replay records even when backward
-/// was called under NoGrad).
-class EnableGrad {
+/// Ops inside its scope record nothing (evaluation, optimizer updates).
+class NoGrad : public GradModeGuard {
  public:
-  EnableGrad() : prev_(detail::grad_mode_flag()) { detail::grad_mode_flag() = true; }
-  ~EnableGrad() { detail::grad_mode_flag() = prev_; }
-  EnableGrad(const EnableGrad&) = delete;
-  EnableGrad& operator=(const EnableGrad&) = delete;
+  NoGrad() : GradModeGuard(false) {}
+};
 
- private:
-  bool prev_;
+/// Grad mode on inside its scope (a checkpoint replay records even when backward was called
+/// under NoGrad).
+class EnableGrad : public GradModeGuard {
+ public:
+  EnableGrad() : GradModeGuard(true) {}
 };
 
 }  // namespace remat
