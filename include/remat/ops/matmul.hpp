@@ -5,6 +5,7 @@
 #include <array>
 
 #include "remat/core/apply.hpp"
+#include "remat/ops/math.hpp"
 
 namespace remat {
 namespace detail {

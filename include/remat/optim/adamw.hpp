@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "remat/core/tape.hpp"
@@ -41,21 +42,28 @@ class AdamW {
       const auto& p = params_[i];
       auto g = p.grad();
       if (!g.defined()) continue;
-      if (!m_[i]) {
-        m_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
-        v_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
-        B::fill(static_cast<float*>(m_[i]->data()), p.numel(), 0.0f);
-        B::fill(static_cast<float*>(v_[i]->data()), p.numel(), 0.0f);
-      }
-      B::adamw_update(p.template data<float>(), g.template data<float>(),
-                      static_cast<float*>(m_[i]->data()), static_cast<float*>(v_[i]->data()),
-                      p.numel(), opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay,
-                      bc1, bc2);
+      const auto [m, v] = moments(i);
+      B::adamw_update(p.template data<float>(), g.template data<float>(), m, v, p.numel(),
+                      opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2);
     }
   }
   void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
   AdamWOptions& options() { return opt_; }
   std::int64_t steps() const { return t_; }
+  /// Sets the step count (bias corrections), as when resuming from a saved state.
+  void set_steps(std::int64_t t) { t_ = t; }
+  bool has_moments(std::size_t i) const { return m_.at(i) != nullptr; }
+  /// The first and second moments of parameter i, made (zeroed) when absent.
+  std::pair<float*, float*> moments(std::size_t i) {
+    if (!m_.at(i)) {
+      const auto& p = params_[i];
+      m_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
+      v_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
+      B::fill(static_cast<float*>(m_[i]->data()), p.numel(), 0.0f);
+      B::fill(static_cast<float*>(v_[i]->data()), p.numel(), 0.0f);
+    }
+    return {static_cast<float*>(m_[i]->data()), static_cast<float*>(v_[i]->data())};
+  }
   const std::vector<Tensor<B>>& params() const { return params_; }
 
  private:

@@ -33,9 +33,7 @@ class SGD {
       auto g = p.grad();
       if (!g.defined()) continue;
       const bool first = !bufs_[i];
-      if (opt_.momentum != 0.0f && first)
-        bufs_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
-      float* buf = opt_.momentum != 0.0f ? static_cast<float*>(bufs_[i]->data()) : nullptr;
+      float* buf = opt_.momentum != 0.0f ? momentum_buffer(i) : nullptr;
       B::sgd_update(p.template data<float>(), g.template data<float>(), buf, p.numel(), opt_.lr,
                     opt_.momentum, opt_.weight_decay, opt_.nesterov, first);
     }
@@ -43,8 +41,16 @@ class SGD {
   void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
   SGDOptions& options() { return opt_; }
   const std::vector<Tensor<B>>& params() const { return params_; }
-  /// Momentum buffer of parameter i (null before the first step or without momentum).
-  const std::shared_ptr<Storage<B>>& momentum_buffer(std::size_t i) const { return bufs_.at(i); }
+  bool has_momentum_buffer(std::size_t i) const { return bufs_.at(i) != nullptr; }
+  /// The momentum buffer of parameter i, made when absent (a made buffer counts as started:
+  /// the next step uses momentum, as after loading a saved state).
+  float* momentum_buffer(std::size_t i) {
+    if (!bufs_.at(i)) {
+      bufs_[i] = std::make_shared<Storage<B>>(params_[i].bytes(), Category::optimizer_state);
+      B::fill(static_cast<float*>(bufs_[i]->data()), params_[i].numel(), 0.0f);
+    }
+    return static_cast<float*>(bufs_[i]->data());
+  }
 
  private:
   std::vector<Tensor<B>> params_;

@@ -1,0 +1,106 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Token data for training: llm.c's tokenized .bin files, raw text as bytes, and a batcher that
+// takes batches exactly as llm.c's loader does, so runs are reproducible across tools.
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "remat/core/error.hpp"
+#include "remat/io/safetensors.hpp"
+
+namespace remat {
+namespace data {
+
+inline constexpr std::int32_t kLlmcMagic = 20240520;
+
+/// Tokens of an llm.c .bin file: a header of 256 int32 (magic 20240520, version 1, token
+/// count, rest unused), then the tokens as uint16. Validated against the file size.
+inline std::vector<std::int32_t> read_llmc_bin(const std::string& path) {
+  const std::vector<char> buf = io::detail::read_file(path, "read_llmc_bin");
+  REMAT_CHECK(buf.size() >= 1024, "remat::data::read_llmc_bin: '", path, "' has ", buf.size(),
+              " bytes, less than the 1024-byte header (truncated, or not an llm.c .bin file)");
+  std::int32_t header[256];
+  std::memcpy(header, buf.data(), sizeof header);
+  REMAT_CHECK(header[0] == kLlmcMagic, "remat::data::read_llmc_bin: '", path, "' has magic ",
+              header[0], ", expected ", kLlmcMagic, " (is it an llm.c tokenized .bin file?)");
+  REMAT_CHECK(header[1] == 1, "remat::data::read_llmc_bin: '", path, "' has version ", header[1],
+              ", expected 1 (uint16 tokens)");
+  REMAT_CHECK(header[2] >= 0, "remat::data::read_llmc_bin: '", path, "' has a negative token count");
+  const std::uint64_t n = static_cast<std::uint64_t>(header[2]);
+  REMAT_CHECK(buf.size() == 1024 + 2 * n, "remat::data::read_llmc_bin: '", path, "' declares ", n,
+              " tokens (", 1024 + 2 * n, " bytes with the header) but has ", buf.size(),
+              " bytes (truncated or corrupt)");
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    std::uint16_t t;
+    std::memcpy(&t, buf.data() + 1024 + 2 * i, 2);
+    tokens[i] = t;
+  }
+  return tokens;
+}
+
+/// Writes tokens (each < 65536) as an llm.c .bin file.
+inline void write_llmc_bin(const std::string& path, const std::vector<std::int32_t>& tokens) {
+  std::int32_t header[256] = {};
+  header[0] = kLlmcMagic;
+  header[1] = 1;
+  header[2] = static_cast<std::int32_t>(tokens.size());
+  io::AtomicFile f(path, "write_llmc_bin");
+  f.write(header, sizeof header);
+  std::vector<std::uint16_t> t(tokens.size());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    REMAT_CHECK(tokens[i] >= 0 && tokens[i] < 65536, "remat::data::write_llmc_bin: token ",
+                tokens[i], " does not fit uint16");
+    t[i] = static_cast<std::uint16_t>(tokens[i]);
+  }
+  f.write(t.data(), t.size() * 2);
+  f.commit();
+}
+
+/// The bytes of a file as tokens (vocabulary 256).
+inline std::vector<std::int32_t> read_text_bytes(const std::string& path) {
+  const std::vector<char> buf = io::detail::read_file(path, "read_text_bytes");
+  std::vector<std::int32_t> t(buf.size());
+  for (std::size_t i = 0; i < buf.size(); ++i) t[i] = static_cast<unsigned char>(buf[i]);
+  return t;
+}
+
+/// Batches as llm.c's loader takes them: B*T+1 consecutive tokens from the position; inputs are
+/// the first B*T, targets the last B*T; then the position advances by B*T, and returns to 0
+/// when the next batch would run past the end.
+class Batcher {
+ public:
+  Batcher(std::vector<std::int32_t> tokens, std::int64_t B, std::int64_t T)
+      : tokens_(std::move(tokens)), B_(B), T_(T) {
+    REMAT_CHECK(B > 0 && T > 0, "remat::data::Batcher: batch ", B, " and sequence ", T,
+                " must be positive");
+    REMAT_CHECK(static_cast<std::int64_t>(tokens_.size()) >= B * T + 1, "remat::data::Batcher: ",
+                tokens_.size(), " tokens are too few for one batch of ", B, " x ", T,
+                " (expected at least B*T+1 = ", B * T + 1, ")");
+  }
+  /// Fills x and y (B*T each) with the next batch.
+  void next(std::vector<std::int32_t>& x, std::vector<std::int32_t>& y) {
+    const std::int64_t n = B_ * T_;
+    if (pos_ + n + 1 > static_cast<std::int64_t>(tokens_.size())) pos_ = 0;
+    x.assign(tokens_.begin() + pos_, tokens_.begin() + pos_ + n);
+    y.assign(tokens_.begin() + pos_ + 1, tokens_.begin() + pos_ + n + 1);
+    pos_ += n;
+  }
+  std::int64_t position() const noexcept { return pos_; }
+  void set_position(std::int64_t p) {
+    REMAT_CHECK(p >= 0 && p < static_cast<std::int64_t>(tokens_.size()),
+                "remat::data::Batcher: position ", p, " is outside the ", tokens_.size(), " tokens");
+    pos_ = p;
+  }
+  const std::vector<std::int32_t>& tokens() const noexcept { return tokens_; }
+
+ private:
+  std::vector<std::int32_t> tokens_;
+  std::int64_t B_, T_, pos_ = 0;
+};
+
+}  // namespace data
+}  // namespace remat

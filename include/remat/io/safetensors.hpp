@@ -1,0 +1,228 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// safetensors (https://huggingface.co/docs/safetensors) read and write: an 8-byte little-endian
+// header length N, N bytes of JSON {"name": {"dtype", "shape", "data_offsets": [b, e]}, ...,
+// "__metadata__": {string: string}}, then the data. Everything in the header is validated
+// (length, offsets inside the data, no overlaps, shape against byte size, dtype) before any
+// tensor is read. Needs nlohmann-json (Debian: nlohmann-json3-dev).
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "remat/core/error.hpp"
+#include "remat/core/shape.hpp"
+
+namespace remat {
+namespace io {
+
+/// One tensor of a safetensors file, converted to fp32 on the host.
+struct HostTensor {
+  Shape shape;
+  std::vector<float> data;
+};
+
+struct SafetensorsFile {
+  std::map<std::string, HostTensor> tensors;
+  std::map<std::string, std::string> metadata;  // the optional __metadata__ object
+};
+
+namespace detail {
+
+inline std::size_t st_dtype_size(const std::string& dt) {
+  if (dt == "F32") return 4;
+  if (dt == "F16" || dt == "BF16") return 2;
+  return 0;
+}
+
+inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalize
+      int e = -1;
+      std::uint32_t m = man;
+      do {
+        ++e;
+        m <<= 1;
+      } while ((m & 0x400u) == 0);
+      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline std::vector<char> read_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  REMAT_CHECK(f.good(), "remat::io::", what, ": cannot open '", path,
+              "' (does the file exist and is it readable?)");
+  const std::streamsize n = f.tellg();
+  f.seekg(0);
+  std::vector<char> buf(static_cast<std::size_t>(n > 0 ? n : 0));
+  REMAT_CHECK(n >= 0 && f.read(buf.data(), n), "remat::io::", what, ": cannot read '", path, "'");
+  return buf;
+}
+
+}  // namespace detail
+
+/// Reads and validates a safetensors file; F32, F16 and BF16 tensors come back as fp32.
+inline SafetensorsFile read_safetensors(const std::string& path) {
+  const char* op = "read_safetensors";
+  const std::vector<char> buf = detail::read_file(path, op);
+  REMAT_CHECK(buf.size() >= 8, "remat::io::read_safetensors: '", path, "' has ", buf.size(),
+              " bytes; a safetensors file has at least 8 (the header length): truncated?");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(buf[static_cast<std::size_t>(i)]);
+  REMAT_CHECK(n <= buf.size() - 8, "remat::io::read_safetensors: '", path, "' says its header has ",
+              n, " bytes but only ", buf.size() - 8, " follow the length field (truncated, or not "
+              "a safetensors file)");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(buf.begin() + 8, buf.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  } catch (const std::exception& e) {
+    throw Error(::remat::detail::cat("remat::io::read_safetensors: the header of '", path,
+                                     "' is not valid JSON: ", e.what()));
+  }
+  REMAT_CHECK(header.is_object(), "remat::io::read_safetensors: the header of '", path,
+              "' is not a JSON object");
+  const std::uint64_t data_size = buf.size() - 8 - n;
+  const char* data = buf.data() + 8 + n;
+  SafetensorsFile out;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      REMAT_CHECK(v.is_object(), "remat::io::read_safetensors: __metadata__ of '", path,
+                  "' is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m)
+        if (m.value().is_string()) out.metadata[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    const std::string where = "tensor '" + name + "' of '" + path + "'";
+    REMAT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
+                    v.contains("data_offsets") && v["dtype"].is_string() &&
+                    v["shape"].is_array() && v["data_offsets"].is_array() &&
+                    v["data_offsets"].size() == 2,
+                "remat::io::read_safetensors: ", where, " lacks dtype, shape or data_offsets [begin, end]");
+    const std::string dt = v["dtype"].get<std::string>();
+    const std::size_t esize = detail::st_dtype_size(dt);
+    REMAT_CHECK(esize > 0, "remat::io::read_safetensors: ", where, " has dtype ", dt,
+                " (expected F32, F16 or BF16)");
+    HostTensor t;
+    std::uint64_t numel = 1;
+    REMAT_CHECK(v["shape"].size() <= static_cast<std::size_t>(Shape::kMaxRank),
+                "remat::io::read_safetensors: ", where, " has ", v["shape"].size(),
+                " dimensions (at most ", Shape::kMaxRank, ")");
+    for (const auto& d : v["shape"]) {
+      REMAT_CHECK(d.is_number_unsigned() && d.get<std::uint64_t>() < (1ull << 40),
+                  "remat::io::read_safetensors: ", where, " has a bad dimension ", d.dump());
+      t.shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
+      numel *= d.get<std::uint64_t>();
+    }
+    const auto& off = v["data_offsets"];
+    REMAT_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                "remat::io::read_safetensors: ", where, " has non-integer data_offsets");
+    const std::uint64_t b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
+    REMAT_CHECK(b <= e && e <= data_size, "remat::io::read_safetensors: ", where,
+                " has data_offsets [", b, ", ", e, "] outside the ", data_size,
+                " bytes of data (the header lies, or the file is truncated)");
+    REMAT_CHECK(e - b == numel * esize, "remat::io::read_safetensors: ", where, " has shape ",
+                t.shape.str(), " ", dt, " (", numel * esize, " bytes) but data_offsets span ",
+                e - b, " bytes");
+    ranges.emplace_back(b, e);
+    t.data.resize(static_cast<std::size_t>(numel));
+    const char* src = data + b;
+    if (dt == "F32") {
+      if (numel) std::memcpy(t.data.data(), src, static_cast<std::size_t>(numel) * 4);
+    } else {
+      for (std::uint64_t i = 0; i < numel; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        if (dt == "F16") {
+          t.data[static_cast<std::size_t>(i)] = detail::half_to_float(h);
+        } else {
+          const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+          std::memcpy(&t.data[static_cast<std::size_t>(i)], &bits, 4);
+        }
+      }
+    }
+    out.tensors.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t i = 1; i < ranges.size(); ++i)
+    REMAT_CHECK(ranges[i].first >= ranges[i - 1].second, "remat::io::read_safetensors: tensors of '",
+                path, "' overlap: bytes [", ranges[i].first, ", ", ranges[i].second,
+                ") start inside [", ranges[i - 1].first, ", ", ranges[i - 1].second, ")");
+  return out;
+}
+
+/// Writes fp32 tensors (name, shape, values) and string metadata; atomically: to a temporary
+/// file beside `path`, flushed and synced, then renamed over it, so a crash never leaves a
+/// half-written file under `path`. `after_half` (tests) runs once half of the data is written.
+inline void write_safetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, HostTensor>>& tensors,
+                              const std::map<std::string, std::string>& metadata = {},
+                              void (*after_half)() = nullptr);
+
+}  // namespace io
+}  // namespace remat
+
+#include "remat/io/atomic_file.hpp"
+
+namespace remat {
+namespace io {
+
+inline void write_safetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, HostTensor>>& tensors,
+                              const std::map<std::string, std::string>& metadata,
+                              void (*after_half)()) {
+  nlohmann::json header = nlohmann::json::object();
+  std::uint64_t at = 0;
+  for (const auto& [name, t] : tensors) {
+    REMAT_CHECK(static_cast<std::int64_t>(t.data.size()) == t.shape.numel(),
+                "remat::io::write_safetensors: tensor '", name, "' has shape ", t.shape.str(),
+                " but ", t.data.size(), " values");
+    const std::uint64_t bytes = t.data.size() * 4;
+    header[name] = {{"dtype", "F32"}, {"shape", t.shape.vec()}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8) h.push_back(' ');  // align the data to 8 bytes
+  AtomicFile f(path, "write_safetensors");
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(h.size()) >> (8 * i));
+  f.write(len, 8);
+  f.write(h.data(), h.size());
+  std::uint64_t written = 0;
+  bool halted = false;
+  for (const auto& kv : tensors) {
+    f.write(kv.second.data.data(), kv.second.data.size() * 4);
+    written += kv.second.data.size() * 4;
+    if (after_half && !halted && 2 * written >= at) {
+      halted = true;
+      after_half();
+    }
+  }
+  f.commit();
+}
+
+}  // namespace io
+}  // namespace remat

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+// safetensors, llm.c .bin files and GPT-2 weights: round trips, and every lie a file can tell
+// caught with a clear error before any data is used.
+
+#include <cstdio>
+#include <fstream>
+
+#include <remat/data/tokens.hpp>
+#include <remat/io/gpt2.hpp>
+#include <remat/remat.hpp>
+
+#include "support/catch.hpp"
+
+using namespace remat;
+
+namespace {
+std::string tmp(const std::string& name) { return "remat_test_" + name; }
+
+void write_raw(const std::string& path, const std::string& header, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>(n >> (8 * i)));
+  f << header << data;
+}
+}  // namespace
+
+TEST_CASE("safetensors round-trips tensors and metadata", "[io]") {
+  const std::string p = tmp("rt.safetensors");
+  io::write_safetensors(p, {{"a", {Shape{2, 3}, {1, 2, 3, 4, 5, 6}}}, {"b", {Shape{1}, {-7.5f}}}},
+                        {{"note", "hello"}});
+  const auto f = io::read_safetensors(p);
+  REQUIRE(f.tensors.size() == 2);
+  CHECK(f.tensors.at("a").shape == Shape{2, 3});
+  CHECK(f.tensors.at("a").data == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK(f.tensors.at("b").data == std::vector<float>{-7.5f});
+  CHECK(f.metadata.at("note") == "hello");
+  std::remove(p.c_str());
+}
+
+TEST_CASE("safetensors headers that lie are rejected before the data is used", "[io][errors]") {
+  const std::string p = tmp("bad.safetensors");
+  const std::string eight(8, '\0');
+  REQUIRE_THROWS_WITH(io::read_safetensors(tmp("does-not-exist")), REMAT_CONTAINS("cannot open"));
+  { std::ofstream(p, std::ios::binary) << "abc"; }
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("has 3 bytes; a safetensors file has at least 8"));
+  write_raw(p, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", eight);
+  { std::ofstream f(p, std::ios::binary | std::ios::in); f.put('\xff'); }  // header length 255...
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("says its header has"));
+  write_raw(p, "{not json", eight);
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("is not valid JSON"));
+  write_raw(p, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", eight);
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("data_offsets [0, 16] outside the 8 bytes"));
+  write_raw(p, R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight);
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("has shape [3] F32 (12 bytes) but data_offsets span 8"));
+  write_raw(p, R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", eight);
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("has dtype I64 (expected F32, F16 or BF16)"));
+  write_raw(p, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight);
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("overlap"));
+  write_raw(p, R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight);
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("bad dimension -2"));
+  write_raw(p, R"({"a":{"shape":[2],"data_offsets":[0,8]}})", eight);
+  REQUIRE_THROWS_WITH(io::read_safetensors(p), REMAT_CONTAINS("lacks dtype, shape or data_offsets"));
+  std::remove(p.c_str());
+}
+
+TEST_CASE("F16 and BF16 tensors load as fp32", "[io]") {
+  const std::string p = tmp("half.safetensors");
+  // 1.0 and -2.5 in F16 (0x3c00, 0xc100) and BF16 (0x3f80, 0xc020)
+  write_raw(p, R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}})",
+            std::string("\x00\x3c\x00\xc1\x80\x3f\x20\xc0", 8));
+  const auto f = io::read_safetensors(p);
+  CHECK(f.tensors.at("h").data == std::vector<float>{1.0f, -2.5f});
+  CHECK(f.tensors.at("b").data == std::vector<float>{1.0f, -2.5f});
+  std::remove(p.c_str());
+}
+
+TEST_CASE("GPT-2 weights: config from shapes, load, save, and shapes that do not fit", "[io]") {
+  const std::string p = tmp("gpt2.safetensors");
+  Tape<Cpu> tape;
+  nn::GPTConfig c;
+  c.vocab_size = 50;
+  c.block_size = 12;
+  c.n_layer = 3;
+  c.n_embd = 128;
+  c.n_head = 2;
+  nn::GPT<Cpu> a(tape, c);
+  io::save_gpt2(p, a);
+  const auto w = io::gpt2_tensors(io::read_safetensors(p));
+  const auto c2 = io::gpt2_config(w, p);
+  CHECK(c2.vocab_size == 50);
+  CHECK(c2.block_size == 12);
+  CHECK(c2.n_layer == 3);
+  CHECK(c2.n_embd == 128);
+  CHECK(c2.n_head == 2);  // d / 64
+  c.seed = 99;
+  nn::GPT<Cpu> b(tape, c);
+  io::load_gpt2(w, b, p);
+  for (std::size_t i = 0; i < a.parameters().size(); ++i)
+    CHECK(a.parameters()[i].to_vector() == b.parameters()[i].to_vector());
+  c.n_embd = 64;
+  nn::GPT<Cpu> wrong(tape, c);
+  REQUIRE_THROWS_WITH(io::load_gpt2(w, wrong, p),
+                      REMAT_CONTAINS("'wte.weight' in 'remat_test_gpt2.safetensors' has shape [50, 128] "
+                                     "but the model (from the flags) needs [50, 64]"));
+  REQUIRE_THROWS_WITH(io::gpt2_config({}, p), REMAT_CONTAINS("has no tensor 'wte.weight'"));
+  std::remove(p.c_str());
+}
+
+TEST_CASE("llm.c .bin files: round trip, wrong magic, truncation", "[io][data]") {
+  const std::string p = tmp("tokens.bin");
+  std::vector<std::int32_t> t(100);
+  for (int i = 0; i < 100; ++i) t[static_cast<std::size_t>(i)] = (i * 977) % 50257;
+  data::write_llmc_bin(p, t);
+  CHECK(data::read_llmc_bin(p) == t);
+  {
+    std::fstream f(p, std::ios::binary | std::ios::in | std::ios::out);
+    f.put('\x01');  // spoil the magic
+  }
+  REQUIRE_THROWS_WITH(data::read_llmc_bin(p), REMAT_CONTAINS("expected 20240520 (is it an llm.c tokenized .bin file?)"));
+  data::write_llmc_bin(p, t);
+  {
+    std::ifstream in(p, std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(p, std::ios::binary) << all.substr(0, all.size() - 10);
+  }
+  REQUIRE_THROWS_WITH(data::read_llmc_bin(p), REMAT_CONTAINS("declares 100 tokens (1224 bytes with the header) but has 1214"));
+  { std::ofstream(p, std::ios::binary) << "short"; }
+  REQUIRE_THROWS_WITH(data::read_llmc_bin(p), REMAT_CONTAINS("less than the 1024-byte header"));
+  REQUIRE_THROWS_WITH(data::read_llmc_bin(tmp("nope.bin")), REMAT_CONTAINS("cannot open"));
+  std::remove(p.c_str());
+}
+
+TEST_CASE("batches follow llm.c's loader: B*T+1 tokens, advance B*T, wrap", "[data]") {
+  std::vector<std::int32_t> t(20);
+  for (int i = 0; i < 20; ++i) t[static_cast<std::size_t>(i)] = i;
+  data::Batcher b(t, 2, 3);  // 6 per batch
+  std::vector<std::int32_t> x, y;
+  b.next(x, y);
+  CHECK(x == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5});
+  CHECK(y == std::vector<std::int32_t>{1, 2, 3, 4, 5, 6});
+  b.next(x, y);
+  CHECK(x.front() == 6);
+  b.next(x, y);
+  CHECK(x.front() == 12);  // 12 + 6 + 1 = 19 <= 20
+  b.next(x, y);
+  CHECK(x.front() == 0);   // 18 + 7 > 20: wrap
+  REQUIRE_THROWS_WITH(data::Batcher(t, 4, 5), REMAT_CONTAINS("20 tokens are too few for one batch of 4 x 5"));
+}
