@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 bash .ci/deps.sh build
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)" --target 03_checkpoint_gpt
-build/examples/03_checkpoint_gpt "${STEPS:-30}"
+build/examples/03_checkpoint_gpt "${STEPS:-30}" 2 8 build/checkpoint_gpt.svg

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // 03_checkpoint_gpt: trains the same small GPT on the same text with each checkpoint strategy
-// and prints peak memory, step time and final loss side by side. The losses agree exactly:
-// checkpointing changes memory and time, never the numbers.
-//   Run: build/examples/03_checkpoint_gpt [steps] [threads] [layers]
+// and prints peak memory, step time and final loss side by side (and draws them in
+// checkpoint_gpt.svg). The losses agree exactly: checkpointing changes memory and time, never
+// the numbers.
+//   Run: build/examples/03_checkpoint_gpt [steps] [threads] [layers] [plot.svg]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,6 +62,32 @@ Row train(const std::string& strategy, int steps, int layers, const std::string&
   r.step_ms = 1e3 * times[1 + (times.size() - 1) / 2];
   return r;
 }
+
+// A bar chart of the peaks per strategy (total and saved activations), as a dependency-free SVG.
+void write_svg(const std::string& path, const std::vector<Row>& rows) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return;
+  double top = 1;
+  for (const Row& r : rows) top = std::max(top, r.peak_mib);
+  const int W = 120 * static_cast<int>(rows.size()) + 80, H = 300, base = 250;
+  std::fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' font-size='12'>\n", W, H);
+  std::fprintf(f, "<text x='10' y='18' font-size='14'>peak memory per checkpoint strategy (MiB)</text>\n");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const int x = 60 + 120 * static_cast<int>(i);
+    const double h1 = 200 * r.peak_mib / top, h2 = 200 * r.saved_mib / top;
+    std::fprintf(f, "<rect x='%d' y='%.1f' width='40' height='%.1f' fill='#4878a8'/>\n", x, base - h1, h1);
+    std::fprintf(f, "<rect x='%d' y='%.1f' width='40' height='%.1f' fill='#e0913a'/>\n", x + 42, base - h2, h2);
+    std::fprintf(f, "<text x='%d' y='%.1f'>%.0f</text><text x='%d' y='%.1f'>%.0f</text>\n", x + 4,
+                 base - h1 - 4, r.peak_mib, x + 46, base - h2 - 4, r.saved_mib);
+    std::fprintf(f, "<text x='%d' y='%d'>%s</text><text x='%d' y='%d'>%.0f ms/step</text>\n", x, base + 18,
+                 r.strategy.c_str(), x, base + 34, r.step_ms);
+  }
+  std::fprintf(f, "<rect x='%d' y='30' width='10' height='10' fill='#4878a8'/><text x='%d' y='40'>total peak</text>\n", W - 150, W - 135);
+  std::fprintf(f, "<rect x='%d' y='46' width='10' height='10' fill='#e0913a'/><text x='%d' y='56'>saved activations</text>\n", W - 150, W - 135);
+  std::fprintf(f, "</svg>\n");
+  std::fclose(f);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,5 +121,8 @@ int main(int argc, char** argv) {
   std::printf("\nfinal losses %s; checkpointing keeps %.0f%% of the plain peak (block)\n",
               same ? "identical across strategies" : "DIFFER (a bug: please report it)",
               100.0 * rows[1].peak_mib / rows[0].peak_mib);
+  const std::string svg = argc > 4 ? argv[4] : "checkpoint_gpt.svg";
+  write_svg(svg, rows);
+  std::printf("plot: %s\n", svg.c_str());
   return same ? 0 : 1;
 }
