@@ -8,9 +8,3 @@
 #else
 #define REMAT_HOST_DEVICE
 #endif
-
-#if defined(_OPENMP)
-#define REMAT_OMP_FOR _Pragma("omp parallel for schedule(static)")
-#else
-#define REMAT_OMP_FOR
-#endif

@@ -98,3 +98,27 @@ TEST_CASE("saved tensors are released node by node during backward", "[memory]")
   for (std::size_t k = 0; k < 6; ++k)
     CHECK(probe_log()[k] - a0 == at_end - static_cast<std::int64_t>(k) * 4096);
 }
+
+TEST_CASE("the CPU block cache reuses freed buffers and the ledger counts only live bytes",
+          "[memory]") {
+  Cpu::set_caching(true);
+  Cpu::empty_cache();
+  const std::int64_t live0 = memory_stats<Cpu>().live_total;
+  {
+    Tape<Cpu> tape;
+    auto a = tape.zeros({1000});  // 4000 B, rounded to 4032 in the cache
+  }
+  CHECK(Cpu::cached_bytes() == 4032);
+  CHECK(memory_stats<Cpu>().live_total == live0);
+  {
+    Tape<Cpu> tape;
+    auto b = tape.zeros({1000});  // the same size: taken from the cache
+    CHECK(Cpu::cached_bytes() == 0);
+    CHECK(memory_stats<Cpu>().live_total == live0 + 4000);
+  }
+  Cpu::set_caching(false);  // off: empties the cache; frees go straight back to the system
+  CHECK(Cpu::cached_bytes() == 0);
+  { Tape<Cpu> tape; auto c = tape.zeros({1000}); }
+  CHECK(Cpu::cached_bytes() == 0);
+  Cpu::set_caching(true);
+}

@@ -219,7 +219,6 @@ class Tape {
     for (const auto& n : nodes_) s += n.body ? n.body->saved_bytes : 0;
     return s;
   }
-  const std::vector<Node<B>>& nodes() const noexcept { return nodes_; }
   std::vector<Tensor<B>>& grad_slots() noexcept { return grads_; }
 
   /// Seed and counter of the tape's random stream (dropout). Each draw of n numbers takes

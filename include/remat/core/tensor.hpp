@@ -106,7 +106,6 @@ class Tensor {
 
   TensorImpl<B>* impl() const noexcept { return impl_.get(); }
   const std::shared_ptr<TensorImpl<B>>& impl_ptr() const noexcept { return impl_; }
-  bool same(const Tensor& o) const noexcept { return impl_ == o.impl_; }
 
  private:
   TensorImpl<B>& get() const {
@@ -134,12 +133,6 @@ Tensor<B> make_tensor(Tape<B>* tape, const Shape& shape, DType dt = DType::f32,
 template <class B>
 Tensor<B> empty_like(const Tensor<B>& t) {
   return make_tensor<B>(&t.tape(), t.shape(), t.dtype());
-}
-template <class B>
-Tensor<B> zeros_like(const Tensor<B>& t) {
-  auto z = empty_like(t);
-  B::fill(z.template data<float>(), z.numel(), 0.0f);
-  return z;
 }
 /// A tensor sharing `t`'s storage under another shape (same element count).
 template <class B>
