@@ -154,6 +154,8 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--checkpoint", choices=["none", "block"], default="none")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: fp32 (TF32 matmuls allowed), peak = torch.cuda.max_memory_allocated")
     args = ap.parse_args()
     if args.d % args.heads != 0:
         ap.error("--d must be divisible by --heads")
@@ -167,8 +169,12 @@ def main():
         pass  # already set (interop pool started)
 
     torch.manual_seed(args.seed)
+    dev = torch.device(args.device)
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # as remat's cuBLAS GEMMs
+        torch.backends.cudnn.allow_tf32 = True
     model = GPT(args.layers, args.d, args.heads, args.seq, args.vocab,
-                args.checkpoint)
+                args.checkpoint).to(dev)
     model.train()
     params = sum(p.numel() for p in model.parameters())
 
@@ -181,8 +187,8 @@ def main():
 
     # Fixed random data, made once.
     gen = torch.Generator().manual_seed(args.seed)
-    idx = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen)
-    tgt = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen)
+    idx = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen).to(dev)
+    tgt = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen).to(dev)
 
     def step():
         loss = model(idx, tgt)
@@ -194,10 +200,13 @@ def main():
     losses = []
     for _ in range(args.warmup):
         losses.append(step())
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(args.steps):
         t0 = time.perf_counter()
-        losses.append(step())
+        losses.append(step())  # loss.item() synchronizes
         times.append(time.perf_counter() - t0)
 
     median = statistics.median(times)
@@ -225,6 +234,9 @@ def main():
         "rss_peak_bytes": rss_peak,
         "rss_growth_bytes": rss_peak - RSS_BEFORE,
         "params": params,
+        "device": args.device,
+        "cuda_max_memory_allocated_bytes":
+            torch.cuda.max_memory_allocated() if args.device == "cuda" else None,
     }))
 
 

@@ -1,0 +1,46 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// GEMM on row-major buffers through cuBLAS (column-major): a row-major C = op(A) op(B) is the
+// column-major C^T = op(B)^T op(A)^T, so the operands swap places and keep their flags.
+
+#include <cstdint>
+
+#include "remat/backend/cuda/context.cuh"
+
+namespace remat {
+namespace cuda {
+
+struct CudaGemm {
+  /// C (M, N) = alpha op(A) op(B) + beta C, all row-major (as Cpu::gemm).
+  static void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                   const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                   float* c, std::int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    REMAT_CUBLAS_CHECK(cublasSgemm(Context::get().cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
+                                   static_cast<int>(M), static_cast<int>(K), &alpha, b,
+                                   static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c,
+                                   static_cast<int>(ldc)));
+  }
+  /// `batch` GEMMs at strides sa, sb, sc. A shared C (sc == 0, a gradient summed over the
+  /// batch) runs as a sequence on the stream, which orders the accumulation.
+  static void gemm_batched(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                           float alpha, const float* a, std::int64_t lda, std::int64_t sa,
+                           const float* b, std::int64_t ldb, std::int64_t sb, float beta, float* c,
+                           std::int64_t ldc, std::int64_t sc, std::int64_t batch) {
+    if (M == 0 || N == 0 || batch == 0) return;
+    if (batch == 1 || sc == 0) {
+      for (std::int64_t i = 0; i < batch; ++i)
+        gemm(ta, tb, M, N, K, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
+      return;
+    }
+    REMAT_CUBLAS_CHECK(cublasSgemmStridedBatched(
+        Context::get().cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+        static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b,
+        static_cast<int>(ldb), sb, a, static_cast<int>(lda), sa, &beta, c, static_cast<int>(ldc),
+        sc, static_cast<int>(batch)));
+  }
+};
+
+}  // namespace cuda
+}  // namespace remat

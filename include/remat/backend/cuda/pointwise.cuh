@@ -1,0 +1,187 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// CUDA pointwise kernels: binary with trailing broadcast, affine, GELU, ReLU, tanh, dropout,
+// broadcast rows. The per-element math is ops/math.hpp's (shared with the CPU tests) and the
+// dropout masks come from the same Philox stream as the CPU's, so masks match across backends.
+// Broadcast gradients are summed by one thread per column over the rows: deterministic.
+
+#include <cstdint>
+
+#include "remat/backend/cuda/memory.cuh"
+#include "remat/core/rng.hpp"
+#include "remat/ops/math.hpp"
+
+namespace remat {
+namespace cuda {
+
+#define REMAT_GRID_STRIDE(i, n)                                                           \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; \
+       i < (n); i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+template <int = 0>
+__global__ void binary_forward_kernel(math::BinaryKind k, float* y, const float* a, const float* b,
+                                      std::int64_t outer, std::int64_t inner, bool a_bc, bool b_bc) {
+  REMAT_GRID_STRIDE(i, outer * inner) {
+    const std::int64_t j = i % inner;
+    y[i] = math::binary(k, a[a_bc ? j : i], b[b_bc ? j : i]);
+  }
+}
+// d (outer, inner) += g * d(a op b)/d(wrt), elementwise
+template <int = 0>
+__global__ void binary_grad_kernel(math::BinaryKind k, float* d, const float* g, const float* a,
+                                   const float* b, std::int64_t outer, std::int64_t inner,
+                                   bool a_bc, bool b_bc, bool wrt_a) {
+  REMAT_GRID_STRIDE(i, outer * inner) {
+    const std::int64_t j = i % inner;
+    const float av = a[a_bc ? j : i], bv = b[b_bc ? j : i];
+    d[i] += g[i] * (wrt_a ? math::binary_grad_a(k, av, bv) : math::binary_grad_b(k, av, bv));
+  }
+}
+// d (inner) += sum over rows of g * d(a op b)/d(wrt): one thread per column, rows in order
+template <int = 0>
+__global__ void binary_grad_reduce_kernel(math::BinaryKind k, float* d, const float* g,
+                                          const float* a, const float* b, std::int64_t outer,
+                                          std::int64_t inner, bool a_bc, bool b_bc, bool wrt_a) {
+  REMAT_GRID_STRIDE(j, inner) {
+    float s = 0.0f;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      const std::int64_t i = o * inner + j;
+      const float av = a[a_bc ? j : i], bv = b[b_bc ? j : i];
+      s += g[i] * (wrt_a ? math::binary_grad_a(k, av, bv) : math::binary_grad_b(k, av, bv));
+    }
+    d[j] += s;
+  }
+}
+template <int = 0>
+__global__ void affine_kernel(float* y, const float* x, std::int64_t n, float scale, float shift) {
+  REMAT_GRID_STRIDE(i, n) y[i] = scale * x[i] + shift;
+}
+template <int = 0>
+__global__ void axpy_kernel(float* y, const float* x, std::int64_t n, float scale) {
+  REMAT_GRID_STRIDE(i, n) y[i] += scale * x[i];
+}
+template <int = 0>
+__global__ void gelu_forward_kernel(float* y, const float* x, std::int64_t n) {
+  REMAT_GRID_STRIDE(i, n) y[i] = math::gelu(x[i]);
+}
+template <int = 0>
+__global__ void gelu_backward_kernel(float* dx, const float* x, const float* dy, std::int64_t n) {
+  REMAT_GRID_STRIDE(i, n) dx[i] += dy[i] * math::gelu_grad(x[i]);
+}
+template <int = 0>
+__global__ void relu_forward_kernel(float* y, const float* x, std::int64_t n) {
+  REMAT_GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+template <int = 0>
+__global__ void relu_backward_kernel(float* dx, const float* x, const float* dy, std::int64_t n) {
+  REMAT_GRID_STRIDE(i, n) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+}
+template <int = 0>
+__global__ void tanh_forward_kernel(float* y, const float* x, std::int64_t n) {
+  REMAT_GRID_STRIDE(i, n) y[i] = tanhf(x[i]);
+}
+template <int = 0>
+__global__ void tanh_backward_kernel(float* dx, const float* y, const float* dy, std::int64_t n) {
+  REMAT_GRID_STRIDE(i, n) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+}
+template <int = 0>
+__global__ void dropout_kernel(float* out, const float* in, std::int64_t n, float p,
+                               std::uint64_t seed, std::uint64_t offset, bool accumulate) {
+  const float scale = 1.0f / (1.0f - p);
+  REMAT_GRID_STRIDE(i, n) {
+    const float v = rng::uniform(seed, offset, static_cast<std::uint64_t>(i)) >= p ? in[i] * scale : 0.0f;
+    out[i] = accumulate ? out[i] + v : v;
+  }
+}
+template <int = 0>
+__global__ void broadcast_rows_kernel(float* y, const float* row, std::int64_t rows, std::int64_t C) {
+  REMAT_GRID_STRIDE(i, rows * C) y[i] = row[i % C];
+}
+
+struct CudaPointwise {
+  static cudaStream_t s() { return Context::get().stream(); }
+
+  static void broadcast_rows(float* y, const float* row, std::int64_t rows, std::int64_t C) {
+    if (rows * C == 0) return;
+    broadcast_rows_kernel<><<<grid_for(rows * C), 256, 0, s()>>>(y, row, rows, C);
+    REMAT_CUDA_CHECK_LAUNCH("broadcast_rows");
+  }
+  static void binary_forward(math::BinaryKind k, float* y, const float* a, const float* b,
+                             std::int64_t outer, std::int64_t inner, bool a_bc, bool b_bc) {
+    if (outer * inner == 0) return;
+    binary_forward_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(k, y, a, b, outer, inner, a_bc, b_bc);
+    REMAT_CUDA_CHECK_LAUNCH("binary_forward");
+  }
+  static void binary_backward(math::BinaryKind k, float* da, float* db, const float* dy,
+                              const float* a, const float* b, std::int64_t outer,
+                              std::int64_t inner, bool a_bc, bool b_bc) {
+    if (outer * inner == 0) return;
+    auto run = [&](float* d, bool d_bc, bool wrt_a) {
+      if (!d) return;
+      if (d_bc)
+        binary_grad_reduce_kernel<><<<grid_for(inner), 256, 0, s()>>>(k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);
+      else
+        binary_grad_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);
+      REMAT_CUDA_CHECK_LAUNCH("binary_backward");
+    };
+    run(da, a_bc, true);
+    run(db, b_bc, false);
+  }
+  static void affine_forward(float* y, const float* x, std::int64_t n, float scale, float shift) {
+    if (n == 0) return;
+    affine_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n, scale, shift);
+    REMAT_CUDA_CHECK_LAUNCH("affine_forward");
+  }
+  static void affine_backward(float* dx, const float* dy, std::int64_t n, float scale) {
+    if (n == 0) return;
+    axpy_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, dy, n, scale);
+    REMAT_CUDA_CHECK_LAUNCH("affine_backward");
+  }
+  static void gelu_forward(float* y, const float* x, std::int64_t n) {
+    if (n == 0) return;
+    gelu_forward_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n);
+    REMAT_CUDA_CHECK_LAUNCH("gelu_forward");
+  }
+  static void gelu_backward(float* dx, const float* x, const float* dy, std::int64_t n) {
+    if (n == 0) return;
+    gelu_backward_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, x, dy, n);
+    REMAT_CUDA_CHECK_LAUNCH("gelu_backward");
+  }
+  static void relu_forward(float* y, const float* x, std::int64_t n) {
+    if (n == 0) return;
+    relu_forward_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n);
+    REMAT_CUDA_CHECK_LAUNCH("relu_forward");
+  }
+  static void relu_backward(float* dx, const float* x, const float* dy, std::int64_t n) {
+    if (n == 0) return;
+    relu_backward_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, x, dy, n);
+    REMAT_CUDA_CHECK_LAUNCH("relu_backward");
+  }
+  static void tanh_forward(float* y, const float* x, std::int64_t n) {
+    if (n == 0) return;
+    tanh_forward_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n);
+    REMAT_CUDA_CHECK_LAUNCH("tanh_forward");
+  }
+  static void tanh_backward(float* dx, const float* y, const float* dy, std::int64_t n) {
+    if (n == 0) return;
+    tanh_backward_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, y, dy, n);
+    REMAT_CUDA_CHECK_LAUNCH("tanh_backward");
+  }
+  static void dropout_forward(float* y, const float* x, std::int64_t n, float p, std::uint64_t seed,
+                              std::uint64_t offset) {
+    if (n == 0) return;
+    dropout_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n, p, seed, offset, false);
+    REMAT_CUDA_CHECK_LAUNCH("dropout_forward");
+  }
+  static void dropout_backward(float* dx, const float* dy, std::int64_t n, float p,
+                               std::uint64_t seed, std::uint64_t offset) {
+    if (n == 0) return;
+    dropout_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, dy, n, p, seed, offset, true);
+    REMAT_CUDA_CHECK_LAUNCH("dropout_backward");
+  }
+};
+
+#undef REMAT_GRID_STRIDE
+
+}  // namespace cuda
+}  // namespace remat

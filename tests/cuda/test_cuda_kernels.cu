@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend against host references: GEMM (every transpose, batched, shared C), the
+// pointwise kernels (same formulas and dropout masks as the CPU), the caching allocator
+// (no cudaMalloc on reuse, exact ledger) and out-of-memory as a catchable error.
+// Without a device it says so and exits 77, which ctest counts as skipped, never as passed.
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include <remat/core/memory.hpp>
+#include <remat/core/storage.hpp>
+#include <remat/cuda.hpp>
+
+using namespace remat;
+
+namespace {
+int passed = 0, failed = 0;
+void check(bool ok, const char* what, double detail = 0.0) {
+  if (ok) {
+    ++passed;
+  } else {
+    ++failed;
+    std::printf("FAILED: %s (%g)\n", what, detail);
+  }
+}
+
+struct DeviceBuf {
+  explicit DeviceBuf(const std::vector<float>& h) : n(h.size()) {
+    p = static_cast<float*>(Cuda::allocate(n * 4));
+    Cuda::copy_from_host(p, h.data(), n * 4);
+  }
+  ~DeviceBuf() { Cuda::deallocate(p, n * 4); }
+  std::vector<float> host() const {
+    std::vector<float> h(n);
+    Cuda::copy_to_host(h.data(), p, n * 4);
+    return h;
+  }
+  std::size_t n;
+  float* p;
+};
+
+std::vector<float> seq(std::size_t n, float scale, float shift) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * rng::normal(5, n, i) + shift;
+  return v;
+}
+double maxdiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
+}
+
+void test_gemm() {
+  cuda::Context::get().set_tf32(false);  // exact fp32 for the comparison
+  const int M = 37, N = 29, K = 41, batch = 3;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      auto a = seq(static_cast<std::size_t>(M * K * batch), 1, 0), b = seq(static_cast<std::size_t>(K * N * batch), 1, 0.5f);
+      auto c = seq(static_cast<std::size_t>(M * N * batch), 1, 0);
+      std::vector<float> ref = c;
+      const int lda = ta ? M : K, ldb = tb ? K : N;
+      for (int z = 0; z < batch; ++z)
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < N; ++j) {
+            double s = 0;
+            for (int k = 0; k < K; ++k)
+              s += double(a[z * M * K + (ta ? k * lda + i : i * lda + k)]) * b[z * K * N + (tb ? j * ldb + k : k * ldb + j)];
+            float& r = ref[static_cast<std::size_t>(z * M * N + i * N + j)];
+            r = static_cast<float>(0.5 * s + 2.0 * r);
+          }
+      DeviceBuf da(a), db(b), dc(c);
+      Cuda::gemm_batched(ta, tb, M, N, K, 0.5f, da.p, lda, M * K, db.p, ldb, K * N, 2.0f, dc.p, N, M * N, batch);
+      check(maxdiff(dc.host(), ref) < 1e-3, "gemm_batched matches the host", maxdiff(dc.host(), ref));
+    }
+  // a shared C accumulates over the batch (the gradient of a weight shared by the batch)
+  auto a = seq(2 * 4 * 3, 1, 0), b = seq(2 * 3 * 5, 1, 0);
+  std::vector<float> ref(4 * 5, 0.0f);
+  for (int z = 0; z < 2; ++z)
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 5; ++j)
+        for (int k = 0; k < 3; ++k) ref[static_cast<std::size_t>(i * 5 + j)] += a[static_cast<std::size_t>(z * 12 + i * 3 + k)] * b[static_cast<std::size_t>(z * 15 + k * 5 + j)];
+  DeviceBuf da(a), db(b), dc(std::vector<float>(20, 0.0f));
+  Cuda::gemm_batched(false, false, 4, 5, 3, 1.0f, da.p, 3, 12, db.p, 5, 15, 1.0f, dc.p, 5, 0, 2);
+  check(maxdiff(dc.host(), ref) < 1e-4, "gemm_batched with a shared C sums the batch", maxdiff(dc.host(), ref));
+  cuda::Context::get().set_tf32(true);
+}
+
+void test_pointwise() {
+  const std::size_t n = 1000;
+  auto x = seq(n, 2, 0), dy = seq(n, 1, 0);
+  DeviceBuf dx(x), ddy(dy), out(std::vector<float>(n, 0.0f)), grad(std::vector<float>(n, 0.0f));
+  Cuda::gelu_forward(out.p, dx.p, static_cast<std::int64_t>(n));
+  Cuda::gelu_backward(grad.p, dx.p, ddy.p, static_cast<std::int64_t>(n));
+  const auto y = out.host(), g = grad.host();
+  double e1 = 0, e2 = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    e1 = std::max(e1, std::fabs(double(y[i]) - math::gelu(x[i])));
+    e2 = std::max(e2, std::fabs(double(g[i]) - dy[i] * math::gelu_grad(x[i])));
+  }
+  check(e1 < 1e-5 && e2 < 1e-5, "gelu forward and backward follow ops/math.hpp", std::max(e1, e2));
+  // dropout: the mask of element i is the CPU's
+  Cuda::dropout_forward(out.p, dx.p, static_cast<std::int64_t>(n), 0.3f, 42, 1000);
+  const auto d = out.host();
+  int mismatches = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float want = rng::uniform(42, 1000, i) >= 0.3f ? x[i] / 0.7f : 0.0f;
+    mismatches += std::fabs(d[i] - want) > 1e-6f;
+  }
+  check(mismatches == 0, "dropout masks equal the CPU's", mismatches);
+  // binary with a broadcast bias: forward and the summed gradient
+  const std::int64_t outer = 50, inner = 20;
+  auto a = seq(static_cast<std::size_t>(outer * inner), 1, 0), bias = seq(static_cast<std::size_t>(inner), 1, 2), go = seq(static_cast<std::size_t>(outer * inner), 1, 0);
+  DeviceBuf da(a), dbias(bias), dgo(go), dy2(std::vector<float>(a.size())), gb(std::vector<float>(bias.size(), 0.0f));
+  Cuda::binary_forward(math::BinaryKind::mul, dy2.p, da.p, dbias.p, outer, inner, false, true);
+  Cuda::binary_backward(math::BinaryKind::mul, nullptr, gb.p, dgo.p, da.p, dbias.p, outer, inner, false, true);
+  const auto yh = dy2.host(), gbh = gb.host();
+  double e3 = 0, e4 = 0;
+  for (std::int64_t j = 0; j < inner; ++j) {
+    double s = 0;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      const auto i = static_cast<std::size_t>(o * inner + j);
+      e3 = std::max(e3, std::fabs(double(yh[i]) - double(a[i]) * bias[static_cast<std::size_t>(j)]));
+      s += double(go[i]) * a[i];
+    }
+    e4 = std::max(e4, std::fabs(s - gbh[static_cast<std::size_t>(j)]));
+  }
+  check(e3 < 1e-5 && e4 < 1e-3, "broadcast mul forward and summed gradient", std::max(e3, e4));
+}
+
+void test_allocator() {
+  auto& alloc = cuda::CachingAllocator::get();
+  const auto live0 = memory_stats<Cuda>().live_total;
+  { Storage<Cuda> s(1 << 20, Category::temporaries); }
+  const auto mallocs = alloc.cuda_mallocs();
+  for (int i = 0; i < 10; ++i) {
+    Storage<Cuda> s(1 << 20, Category::activations);  // same size: from the cache
+    check(memory_stats<Cuda>().live_total == live0 + (1 << 20), "the ledger counts live bytes exactly");
+  }
+  check(alloc.cuda_mallocs() == mallocs, "reuse costs no cudaMalloc", double(alloc.cuda_mallocs() - mallocs));
+  check(alloc.reserved_bytes() >= (1u << 20), "reserved bytes include the cached block");
+  bool threw = false;
+  try {
+    Storage<Cuda> huge(std::size_t(1) << 50, Category::temporaries);  // a petabyte
+  } catch (const OutOfMemory& e) {
+    threw = std::string(e.what()).find("out of GPU memory") != std::string::npos;
+  }
+  check(threw, "out of memory throws remat::OutOfMemory");
+  { Storage<Cuda> after(1 << 20, Category::temporaries); }  // and the process goes on
+  check(memory_stats<Cuda>().live_total == live0, "nothing leaks");
+}
+}  // namespace
+
+int main() {
+  if (!cuda::device_available()) {
+    std::printf("SKIP: no CUDA device here; these tests need a GPU (they are not counted as passed)\n");
+    return 77;
+  }
+  try {
+    std::printf("%s\n", Cuda::describe().c_str());
+    test_gemm();
+    test_pointwise();
+    test_allocator();
+    Cuda::synchronize();
+  } catch (const std::exception& e) {
+    std::printf("FAILED with an exception: %s\n", e.what());
+    ++failed;
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
