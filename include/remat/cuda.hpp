@@ -3,23 +3,25 @@
 // Opt-in umbrella of the CUDA backend (target remat::cuda; compile with nvcc). remat/remat.hpp
 // never includes it, so the CPU build needs no CUDA toolkit.
 //
-// Status: memory (caching allocator with reserved/peak bytes, OutOfMemory), copies, cuBLAS
-// GEMMs and the pointwise kernels are here and tested on a device by tests/cuda; the row
-// kernels (layer norm, softmax, cross-entropy, embedding, reductions, shape copies), the fused
-// attention and the optimizer updates are not yet, so Tensor<Cuda> cannot run a GPT yet.
+// Status: every kernel of the CPU backend has a CUDA twin (tests/cuda compares them on a device;
+// none has run on a GPU yet). Attention still keeps P (B H T T) like the CPU: the fused kernel
+// that keeps only row statistics (memory linear in T) is the next step of issue 5.
 
 #include <string>
 
 #include "remat/backend/cuda/context.cuh"
 #include "remat/backend/cuda/error.cuh"
 #include "remat/backend/cuda/gemm.cuh"
+#include "remat/backend/backend.hpp"
 #include "remat/backend/cuda/memory.cuh"
+#include "remat/backend/cuda/nn.cuh"
+#include "remat/backend/cuda/optim.cuh"
 #include "remat/backend/cuda/pointwise.cuh"
 
 namespace remat {
 
 /// The CUDA backend (one device, one stream). Kernels take device pointers.
-struct Cuda : cuda::CudaMemory, cuda::CudaGemm, cuda::CudaPointwise {
+struct Cuda : cuda::CudaMemory, cuda::CudaGemm, cuda::CudaPointwise, cuda::CudaNn, cuda::CudaOptim {
   using cuda::CudaMemory::name;
   static std::string describe() {
     int dev = 0;
@@ -31,5 +33,7 @@ struct Cuda : cuda::CudaMemory, cuda::CudaGemm, cuda::CudaPointwise {
            (cuda::Context::get().tf32() ? "with TF32 tensor cores" : "exact");
   }
 };
+
+static_assert(check_backend<Cuda>(), "remat: the CUDA backend misses a backend function");
 
 }  // namespace remat

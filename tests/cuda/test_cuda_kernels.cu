@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The CUDA backend against host references: GEMM (every transpose, batched, shared C), the
 // pointwise kernels (same formulas and dropout masks as the CPU), the caching allocator
-// (no cudaMalloc on reuse, exact ledger) and out-of-memory as a catchable error.
+// (no cudaMalloc on reuse, exact ledger), out-of-memory as a catchable error; then every op's
+// forward and backward against the CPU backend (tests/cuda/op_cases.hpp, tolerance stated per
+// op), and a GPT step: against the CPU, and with each checkpoint strategy against none.
 // Without a device it says so and exits 77, which ctest counts as skipped, never as passed.
 
 #include <cmath>
@@ -11,6 +13,8 @@
 #include <remat/core/memory.hpp>
 #include <remat/core/storage.hpp>
 #include <remat/cuda.hpp>
+
+#include "cuda/reference.hpp"
 
 using namespace remat;
 
@@ -149,6 +153,49 @@ void test_allocator() {
   { Storage<Cuda> after(1 << 20, Category::temporaries); }  // and the process goes on
   check(memory_stats<Cuda>().live_total == live0, "nothing leaks");
 }
+// max |a - b| / max |b|: one number per tensor, stated with its limit
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 1e30;
+  double d = 0, m = 1e-12;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::fabs(double(a[i]) - b[i]));
+    m = std::max(m, std::fabs(double(b[i])));
+  }
+  return d / m;
+}
+double worst(const remat_cuda_test::Result& a, const remat_cuda_test::Result& b) {
+  double e = rel(a.out, b.out);
+  if (a.grads.size() != b.grads.size()) return 1e30;
+  for (std::size_t i = 0; i < a.grads.size(); ++i) e = std::max(e, rel(a.grads[i], b.grads[i]));
+  return e;
+}
+
+void test_ops_against_cpu() {
+  cuda::Context::get().set_tf32(false);  // exact fp32 GEMMs: differences are summation order only
+  for (const auto& name : remat_cuda_test::op_names()) {
+    const double e = worst(remat_cuda_test::run_op<Cuda>(name), remat_cuda_test::cpu_op(name));
+    const double limit = 1e-4;
+    std::printf("  op %-16s forward+backward vs CPU: max rel diff %.2e (limit %.0e)\n", name.c_str(), e, limit);
+    check(e <= limit, name.c_str(), e);
+  }
+}
+
+void test_gpt() {
+  using remat_cuda_test::run_gpt;
+  cuda::Context::get().set_tf32(false);
+  for (float p : {0.0f, 0.1f}) {  // dropout masks are the CPU's, so even p > 0 compares
+    const double e = worst(run_gpt<Cuda>("none", p), remat_cuda_test::cpu_gpt("none", p));
+    std::printf("  GPT step (dropout %.1f) vs CPU: max rel diff %.2e (limit 1e-3)\n", p, e);
+    check(e <= 1e-3, "GPT step matches the CPU", e);
+    const auto base = run_gpt<Cuda>("none", p);
+    for (const char* s : {"block", "every:2", "sqrt", "selective"}) {
+      const double d = worst(run_gpt<Cuda>(s, p), base);
+      std::printf("  GPT checkpoint %-9s (dropout %.1f) vs none on CUDA: max rel diff %.2e (limit 1e-5)\n", s, p, d);
+      check(d <= 1e-5, "checkpointed gradients equal the plain ones on CUDA", d);
+    }
+  }
+  cuda::Context::get().set_tf32(true);
+}
 }  // namespace
 
 int main() {
@@ -161,6 +208,8 @@ int main() {
     test_gemm();
     test_pointwise();
     test_allocator();
+    test_ops_against_cpu();
+    test_gpt();
     Cuda::synchronize();
   } catch (const std::exception& e) {
     std::printf("FAILED with an exception: %s\n", e.what());

@@ -1,0 +1,361 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// CUDA row kernels: layer norm, softmax, cross-entropy, embedding, reductions over an axis,
+// block copies (slice, concat), permute, and attention. One thread block per row where a row
+// needs a reduction; column sums run one thread per column over the rows in order, so they
+// are deterministic. The embedding's scatter-add uses atomics (order-dependent in the last bit).
+// Attention here keeps P (B H T T) like the CPU; the fused kernel that keeps only row
+// statistics is the next step (see remat/cuda.hpp).
+
+#include <cfloat>
+#include <cstdint>
+#include <vector>
+
+#include "remat/backend/cuda/gemm.cuh"
+#include "remat/backend/cuda/memory.cuh"
+#include "remat/core/shape.hpp"
+#include "remat/ops/math.hpp"
+
+namespace remat {
+namespace cuda {
+
+constexpr int kRowThreads = 256;
+
+// Sum (or max) over the block; every thread gets the result.
+template <bool Max>
+__device__ inline float block_reduce(float v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = Max ? fmaxf(v, w) : v + w;
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float r = Max ? -FLT_MAX : 0.0f;
+  for (int i = 0; i < warps; ++i) r = Max ? fmaxf(r, shared[i]) : r + shared[i];
+  return r;
+}
+
+template <int = 0>
+__global__ void layer_norm_forward_kernel(float* y, float* mean, float* rstd, const float* x,
+                                          const float* w, const float* b, std::int64_t C, float eps) {
+  __shared__ float sh[32];
+  const float* xr = x + blockIdx.x * C;
+  float s = 0;
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) s += xr[i];
+  const float m = block_reduce<false>(s, sh) / static_cast<float>(C);
+  float v = 0;
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) v += (xr[i] - m) * (xr[i] - m);
+  const float r = rsqrtf(block_reduce<false>(v, sh) / static_cast<float>(C) + eps);
+  float* yr = y + blockIdx.x * C;
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) yr[i] = (xr[i] - m) * r * w[i] + b[i];
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = m;
+    rstd[blockIdx.x] = r;
+  }
+}
+// dx += rstd (g - mean(g) - xhat mean(g xhat)),  g = dy w
+template <int = 0>
+__global__ void layer_norm_dx_kernel(float* dx, const float* dy, const float* x, const float* w,
+                                     const float* mean, const float* rstd, std::int64_t C) {
+  __shared__ float sh[32];
+  const std::int64_t r = blockIdx.x;
+  const float m = mean[r], s = rstd[r];
+  const float *xr = x + r * C, *gr = dy + r * C;
+  float a = 0, bsum = 0;
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float g = gr[i] * w[i];
+    a += g;
+    bsum += g * (xr[i] - m) * s;
+  }
+  const float mg = block_reduce<false>(a, sh) / static_cast<float>(C);
+  const float mgx = block_reduce<false>(bsum, sh) / static_cast<float>(C);
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x)
+    dx[r * C + i] += s * (gr[i] * w[i] - mg - (xr[i] - m) * s * mgx);
+}
+// dw += sum_rows dy xhat, db += sum_rows dy: one thread per column
+template <int = 0>
+__global__ void layer_norm_dwdb_kernel(float* dw, float* db, const float* dy, const float* x,
+                                       const float* mean, const float* rstd, std::int64_t rows,
+                                       std::int64_t C) {
+  for (std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; c < C;
+       c += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float sw = 0, sb = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float g = dy[r * C + c];
+      sw += g * (x[r * C + c] - mean[r]) * rstd[r];
+      sb += g;
+    }
+    if (dw) dw[c] += sw;
+    if (db) db[c] += sb;
+  }
+}
+// y[0:valid] = softmax(scale x[0:valid]), y[valid:C] = 0; valid = row % T + 1 when causal
+template <int = 0>
+__global__ void softmax_kernel(float* y, const float* x, std::int64_t C, float scale,
+                               std::int64_t causal_T) {
+  __shared__ float sh[32];
+  const std::int64_t r = blockIdx.x;
+  const std::int64_t valid = causal_T > 0 ? (r % causal_T) + 1 : C;
+  const float* xr = x + r * C;
+  float* yr = y + r * C;
+  float m = -FLT_MAX;
+  for (std::int64_t i = threadIdx.x; i < valid; i += blockDim.x) m = fmaxf(m, xr[i] * scale);
+  m = block_reduce<true>(m, sh);
+  float s = 0;
+  for (std::int64_t i = threadIdx.x; i < valid; i += blockDim.x) s += expf(xr[i] * scale - m);
+  const float inv = 1.0f / block_reduce<false>(s, sh);
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x)
+    yr[i] = i < valid ? expf(xr[i] * scale - m) * inv : 0.0f;
+}
+// dx (+)= y (dy - sum(dy y)); with `overwrite`, dx = instead (attention's dS)
+template <int = 0>
+__global__ void softmax_backward_kernel(float* dx, const float* y, const float* dy, std::int64_t C,
+                                        bool overwrite) {
+  __shared__ float sh[32];
+  const std::int64_t r = blockIdx.x;
+  const float *yr = y + r * C, *gr = dy + r * C;
+  float s = 0;
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) s += yr[i] * gr[i];
+  s = block_reduce<false>(s, sh);
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float v = yr[i] * (gr[i] - s);
+    dx[r * C + i] = overwrite ? v : dx[r * C + i] + v;
+  }
+}
+template <int = 0>
+__global__ void cross_entropy_forward_kernel(float* lse, float* loss, const float* logits,
+                                             const std::int32_t* targets, std::int64_t V) {
+  __shared__ float sh[32];
+  const std::int64_t r = blockIdx.x;
+  const float* xr = logits + r * V;
+  float m = -FLT_MAX;
+  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, xr[i]);
+  m = block_reduce<true>(m, sh);
+  float s = 0;
+  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) s += expf(xr[i] - m);
+  s = block_reduce<false>(s, sh);
+  if (threadIdx.x == 0) {
+    lse[r] = m + logf(s);
+    loss[r] = lse[r] - xr[targets[r]];
+  }
+}
+template <int = 0>
+__global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
+                                              const std::int32_t* targets, std::int64_t V, float scale) {
+  const std::int64_t r = blockIdx.x;
+  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    dlogits[r * V + i] += scale * (expf(logits[r * V + i] - lse[r]) - (i == targets[r] ? 1.0f : 0.0f));
+}
+template <int = 0>
+__global__ void embedding_forward_kernel(float* y, const float* w, const std::int32_t* ids,
+                                         std::int64_t n, std::int64_t C) {
+  for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < n * C;
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    y[k] = w[static_cast<std::int64_t>(ids[k / C]) * C + k % C];
+}
+template <int = 0>
+__global__ void embedding_backward_kernel(float* dw, const float* dy, const std::int32_t* ids,
+                                          std::int64_t n, std::int64_t C) {
+  for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < n * C;
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    atomicAdd(dw + static_cast<std::int64_t>(ids[k / C]) * C + k % C, dy[k]);
+}
+template <int = 0>
+__global__ void reduce_forward_kernel(float* y, const float* x, std::int64_t outer, std::int64_t n,
+                                      std::int64_t inner, float scale) {
+  for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < outer * inner;
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t o = k / inner, i = k % inner;
+    float s = 0;
+    for (std::int64_t j = 0; j < n; ++j) s += x[(o * n + j) * inner + i];
+    y[k] = s * scale;
+  }
+}
+template <int = 0>
+__global__ void reduce_backward_kernel(float* dx, const float* dy, std::int64_t outer, std::int64_t n,
+                                       std::int64_t inner, float scale) {
+  for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < outer * n * inner;
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    dx[k] += scale * dy[(k / (n * inner)) * inner + k % inner];
+}
+template <int = 0>
+__global__ void copy_block_kernel(float* dst, std::int64_t dst_n, std::int64_t dst_start, const float* src,
+                                  std::int64_t src_n, std::int64_t src_start, std::int64_t len,
+                                  std::int64_t outer, std::int64_t inner, bool accumulate) {
+  const std::int64_t w = len * inner;
+  for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < outer * w;
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t o = k / w, j = k % w;
+    const float v = src[(o * src_n + src_start) * inner + j];
+    float& d = dst[(o * dst_n + dst_start) * inner + j];
+    d = accumulate ? d + v : v;
+  }
+}
+struct PermuteArgs {
+  int rank;
+  std::int64_t ydim[Shape::kMaxRank];
+  std::int64_t ystride_x[Shape::kMaxRank];  // x's stride for each of y's axes
+};
+template <int = 0>
+__global__ void permute_kernel(float* y, const float* x, std::int64_t n, PermuteArgs a, bool accumulate) {
+  for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::int64_t rem = k, off = 0;
+    for (int i = a.rank - 1; i >= 0; --i) {
+      off += (rem % a.ydim[i]) * a.ystride_x[i];
+      rem /= a.ydim[i];
+    }
+    y[k] = accumulate ? y[k] + x[off] : x[off];
+  }
+}
+
+struct CudaNn {
+  static cudaStream_t s() { return Context::get().stream(); }
+
+  static void layer_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                                 const float* b, std::int64_t rows, std::int64_t C, float eps) {
+    if (rows == 0) return;
+    layer_norm_forward_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(y, mean, rstd, x, w, b, C, eps);
+    REMAT_CUDA_CHECK_LAUNCH("layer_norm_forward");
+  }
+  static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                                  const float* w, const float* mean, const float* rstd,
+                                  std::int64_t rows, std::int64_t C) {
+    if (rows == 0) return;
+    if (dx) layer_norm_dx_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(dx, dy, x, w, mean, rstd, C);
+    if (dw || db) layer_norm_dwdb_kernel<><<<grid_for(C, 128), 128, 0, s()>>>(dw, db, dy, x, mean, rstd, rows, C);
+    REMAT_CUDA_CHECK_LAUNCH("layer_norm_backward");
+  }
+  static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
+    if (rows == 0) return;
+    softmax_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(y, x, C, 1.0f, 0);
+    REMAT_CUDA_CHECK_LAUNCH("softmax_forward");
+  }
+  static void softmax_backward(float* dx, const float* y, const float* dy, std::int64_t rows, std::int64_t C) {
+    if (rows == 0) return;
+    softmax_backward_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(dx, y, dy, C, false);
+    REMAT_CUDA_CHECK_LAUNCH("softmax_backward");
+  }
+  static float cross_entropy_forward(float* lse, const float* logits, const std::int32_t* targets,
+                                     std::int64_t N, std::int64_t V) {
+    float* loss = static_cast<float*>(CachingAllocator::get().allocate(static_cast<std::size_t>(N) * 4));
+    cross_entropy_forward_kernel<><<<static_cast<unsigned>(N), kRowThreads, 0, s()>>>(lse, loss, logits, targets, V);
+    REMAT_CUDA_CHECK_LAUNCH("cross_entropy_forward");
+    std::vector<float> h(static_cast<std::size_t>(N));
+    CudaMemory::copy_to_host(h.data(), loss, h.size() * 4);
+    CachingAllocator::get().deallocate(loss, static_cast<std::size_t>(N) * 4);
+    double total = 0;
+    for (float v : h) total += v;  // in order, in double: deterministic
+    return static_cast<float>(total / static_cast<double>(N));
+  }
+  static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                                     const std::int32_t* targets, std::int64_t N, std::int64_t V, float scale) {
+    if (N == 0) return;
+    cross_entropy_backward_kernel<><<<static_cast<unsigned>(N), kRowThreads, 0, s()>>>(dlogits, logits, lse, targets, V, scale);
+    REMAT_CUDA_CHECK_LAUNCH("cross_entropy_backward");
+  }
+  static void embedding_forward(float* y, const float* w, const std::int32_t* ids, std::int64_t n, std::int64_t C) {
+    if (n * C == 0) return;
+    embedding_forward_kernel<><<<grid_for(n * C), 256, 0, s()>>>(y, w, ids, n, C);
+    REMAT_CUDA_CHECK_LAUNCH("embedding_forward");
+  }
+  static void embedding_backward(float* dw, const float* dy, const std::int32_t* ids, std::int64_t n, std::int64_t C) {
+    if (n * C == 0) return;
+    embedding_backward_kernel<><<<grid_for(n * C), 256, 0, s()>>>(dw, dy, ids, n, C);
+    REMAT_CUDA_CHECK_LAUNCH("embedding_backward");
+  }
+  /// Range check of ids and targets: the ids come from the host anyway, so read them there.
+  static void minmax_i32(const std::int32_t* x, std::int64_t n, std::int32_t& lo, std::int32_t& hi) {
+    std::vector<std::int32_t> h(static_cast<std::size_t>(n));
+    CudaMemory::copy_to_host(h.data(), x, h.size() * 4);
+    lo = hi = h[0];
+    for (auto v : h) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  static void reduce_forward(float* y, const float* x, std::int64_t outer, std::int64_t n,
+                             std::int64_t inner, float scale) {
+    if (outer * inner == 0) return;
+    reduce_forward_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(y, x, outer, n, inner, scale);
+    REMAT_CUDA_CHECK_LAUNCH("reduce_forward");
+  }
+  static void reduce_backward(float* dx, const float* dy, std::int64_t outer, std::int64_t n,
+                              std::int64_t inner, float scale) {
+    if (outer * n * inner == 0) return;
+    reduce_backward_kernel<><<<grid_for(outer * n * inner), 256, 0, s()>>>(dx, dy, outer, n, inner, scale);
+    REMAT_CUDA_CHECK_LAUNCH("reduce_backward");
+  }
+  static void copy_block(float* dst, std::int64_t dst_n, std::int64_t dst_start, const float* src,
+                         std::int64_t src_n, std::int64_t src_start, std::int64_t len,
+                         std::int64_t outer, std::int64_t inner, bool accumulate) {
+    if (outer * len * inner == 0) return;
+    copy_block_kernel<><<<grid_for(outer * len * inner), 256, 0, s()>>>(dst, dst_n, dst_start, src, src_n, src_start, len, outer, inner, accumulate);
+    REMAT_CUDA_CHECK_LAUNCH("copy_block");
+  }
+  static void permute(float* y, const float* x, const Shape& xshape, const int* perm, bool accumulate) {
+    PermuteArgs a{};
+    a.rank = xshape.rank();
+    std::int64_t stride[Shape::kMaxRank] = {}, st = 1;
+    for (int i = a.rank - 1; i >= 0; --i) {
+      stride[i] = st;
+      st *= xshape[i];
+    }
+    for (int i = 0; i < a.rank; ++i) {
+      a.ydim[i] = xshape[perm[i]];
+      a.ystride_x[i] = stride[perm[i]];
+    }
+    const std::int64_t n = xshape.numel();
+    if (n == 0) return;
+    permute_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n, a, accumulate);
+    REMAT_CUDA_CHECK_LAUNCH("permute");
+  }
+
+  // Attention, materialized for now: P (B H, T, T) is kept, as on the CPU.
+  static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t) { return BH * T * T; }
+  static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
+                                const float* k, const float* v, float scale, bool causal) {
+    const std::int64_t T = L.T, D = L.D, TT = T * T;
+    for (std::int64_t b = 0; b < L.B; ++b) {  // the heads of one batch row in one batched GEMM
+      const std::int64_t qo = b * L.q_batch, oo = b * L.o_batch;
+      float* P = p + b * L.H * TT;
+      CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, q + qo, L.q_row, L.q_head, k + qo, L.q_row,
+                             L.q_head, 0.0f, P, T, TT, L.H);
+      softmax_kernel<><<<static_cast<unsigned>(L.H * T), kRowThreads, 0, s()>>>(P, P, T, scale, causal ? T : 0);
+      REMAT_CUDA_CHECK_LAUNCH("attention softmax");
+      CudaGemm::gemm_batched(false, false, T, D, T, 1.0f, P, T, TT, v + qo, L.q_row, L.q_head, 0.0f,
+                             o + oo, L.o_row, L.o_head, L.H);
+    }
+  }
+  static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
+                                 const float* dout, const float* q, const float* k, const float* v,
+                                 const float* p, float scale, bool) {
+    const std::int64_t T = L.T, D = L.D, TT = T * T;
+    const std::size_t bytes = static_cast<std::size_t>(L.H * TT) * 4;
+    float* ds = static_cast<float*>(CachingAllocator::get().allocate(bytes));
+    for (std::int64_t b = 0; b < L.B; ++b) {
+      const std::int64_t qo = b * L.q_batch, oo = b * L.o_batch;
+      const float* P = p + b * L.H * TT;
+      if (dv)
+        CudaGemm::gemm_batched(true, false, T, D, T, 1.0f, P, T, TT, dout + oo, L.o_row, L.o_head,
+                               1.0f, dv + qo, L.q_row, L.q_head, L.H);
+      if (!dq && !dk) continue;
+      CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, dout + oo, L.o_row, L.o_head, v + qo,
+                             L.q_row, L.q_head, 0.0f, ds, T, TT, L.H);
+      softmax_backward_kernel<><<<static_cast<unsigned>(L.H * T), kRowThreads, 0, s()>>>(ds, P, ds, T, true);
+      REMAT_CUDA_CHECK_LAUNCH("attention dS");
+      if (dq)
+        CudaGemm::gemm_batched(false, false, T, D, T, scale, ds, T, TT, k + qo, L.q_row, L.q_head,
+                               1.0f, dq + qo, L.q_row, L.q_head, L.H);
+      if (dk)
+        CudaGemm::gemm_batched(true, false, T, D, T, scale, ds, T, TT, q + qo, L.q_row, L.q_head,
+                               1.0f, dk + qo, L.q_row, L.q_head, L.H);
+    }
+    CachingAllocator::get().deallocate(ds, bytes);  // stream-ordered: reuse waits for the kernels
+  }
+};
+
+}  // namespace cuda
+}  // namespace remat

@@ -1,0 +1,98 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// CUDA optimizer updates (one fused kernel each, the CPU's formulas) and gradient-norm helpers.
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "remat/backend/cuda/memory.cuh"
+
+namespace remat {
+namespace cuda {
+
+template <int = 0>
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t n, float lr,
+                             float b1, float b2, float eps, float wd, float step, float sbc2) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    p[i] *= 1.0f - lr * wd;
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    p[i] -= step * m[i] / (sqrtf(v[i]) / sbc2 + eps);
+  }
+}
+template <int = 0>
+__global__ void sgd_kernel(float* p, const float* g, float* buf, std::int64_t n, float lr, float mu,
+                           float wd, bool nesterov, bool first) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = g[i] + wd * p[i];
+    if (!buf) {
+      p[i] -= lr * gi;
+      continue;
+    }
+    buf[i] = first ? gi : mu * buf[i] + gi;
+    p[i] -= lr * (nesterov ? gi + mu * buf[i] : buf[i]);
+  }
+}
+// partial[b] = sum of x^2 over block b's grid-stride elements
+template <int = 0>
+__global__ void sum_squares_kernel(double* partial, const float* x, std::int64_t n) {
+  __shared__ double sh[256];
+  double s = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    s += static_cast<double>(x[i]) * x[i];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+template <int = 0>
+__global__ void scale_kernel(float* x, std::int64_t n, float s) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    x[i] *= s;
+}
+
+struct CudaOptim {
+  static void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, float lr,
+                           float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    if (n == 0) return;
+    adamw_kernel<><<<grid_for(n), 256, 0, Context::get().stream()>>>(p, g, m, v, n, lr, b1, b2, eps, wd,
+                                                                     lr / bc1, std::sqrt(bc2));
+    REMAT_CUDA_CHECK_LAUNCH("adamw_update");
+  }
+  static void sgd_update(float* p, const float* g, float* buf, std::int64_t n, float lr, float mu,
+                         float wd, bool nesterov, bool first) {
+    if (n == 0) return;
+    sgd_kernel<><<<grid_for(n), 256, 0, Context::get().stream()>>>(p, g, buf, n, lr, mu, wd, nesterov, first);
+    REMAT_CUDA_CHECK_LAUNCH("sgd_update");
+  }
+  /// sum of x^2 in double: fixed blocks, partial sums added on the host in order (deterministic)
+  static double sum_squares(const float* x, std::int64_t n) {
+    if (n == 0) return 0.0;
+    constexpr unsigned kBlocks = 64;
+    double* partial = static_cast<double*>(CachingAllocator::get().allocate(kBlocks * sizeof(double)));
+    sum_squares_kernel<><<<kBlocks, 256, 0, Context::get().stream()>>>(partial, x, n);
+    REMAT_CUDA_CHECK_LAUNCH("sum_squares");
+    std::vector<double> h(kBlocks);
+    CudaMemory::copy_to_host(h.data(), partial, kBlocks * sizeof(double));
+    CachingAllocator::get().deallocate(partial, kBlocks * sizeof(double));
+    double s = 0;
+    for (double v : h) s += v;
+    return s;
+  }
+  static void scale(float* x, std::int64_t n, float s) {
+    if (n == 0) return;
+    scale_kernel<><<<grid_for(n), 256, 0, Context::get().stream()>>>(x, n, s);
+    REMAT_CUDA_CHECK_LAUNCH("scale");
+  }
+};
+
+}  // namespace cuda
+}  // namespace remat

@@ -1,0 +1,117 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// The same computations on any backend, for comparing the CUDA backend with the CPU one: every
+// op forward and backward on fixed random inputs, and a GPT step with each checkpoint strategy.
+// Included by a g++ unit (B = Cpu) and an nvcc unit (B = Cuda): core, ops and nn only.
+
+#include <string>
+#include <vector>
+
+#include "remat/checkpoint/checkpoint.hpp"
+#include "remat/nn/gpt.hpp"
+#include "remat/ops/activation.hpp"
+#include "remat/ops/attention.hpp"
+#include "remat/ops/dropout.hpp"
+#include "remat/ops/elementwise.hpp"
+#include "remat/ops/embedding.hpp"
+#include "remat/ops/layer_norm.hpp"
+#include "remat/ops/loss.hpp"
+#include "remat/ops/matmul.hpp"
+#include "remat/ops/reduce.hpp"
+#include "remat/ops/softmax.hpp"
+#include "remat/ops/view.hpp"
+
+namespace remat_cuda_test {
+
+/// Output and gradients of the inputs (or of the parameters, for the GPT).
+struct Result {
+  std::vector<float> out;
+  std::vector<std::vector<float>> grads;
+};
+
+inline const std::vector<std::string>& op_names() {
+  static const std::vector<std::string> names = {
+      "add_bias", "sub", "mul_row", "div", "affine", "matmul", "matmul_tt", "matmul_batched",
+      "linear", "sum_axis", "mean_all", "permute", "slice_concat", "gelu", "relu", "tanh",
+      "softmax", "layer_norm", "embedding", "attention", "self_attention", "cross_entropy",
+      "dropout"};
+  return names;
+}
+
+template <class B>
+Result run_op(const std::string& name) {
+  using namespace remat;
+  using T = Tensor<B>;
+  Tape<B> tape(11);
+  std::uint64_t seed = 1;
+  auto p = [&](const Shape& s, float std = 1.0f, float shift = 0.0f) {
+    std::vector<float> h(static_cast<std::size_t>(s.numel()));
+    for (std::size_t i = 0; i < h.size(); ++i) h[i] = shift + std * rng::normal(seed, 9, i);
+    ++seed;
+    T t = tape.input(s, h);
+    t.set_requires_grad(true);
+    return t;
+  };
+  std::vector<T> in;
+  T out;
+  if (name == "add_bias") { in = {p({4, 5, 6}), p({6})}; out = in[0] + in[1]; }
+  else if (name == "sub") { in = {p({3, 7}), p({3, 7})}; out = in[0] - in[1]; }
+  else if (name == "mul_row") { in = {p({4, 5, 6}), p({5, 6})}; out = in[0] * in[1]; }
+  else if (name == "div") { in = {p({3, 7}), p({3, 7}, 0.3f, 2.0f)}; out = in[0] / in[1]; }
+  else if (name == "affine") { in = {p({50})}; out = 1.0f - in[0] * 2.5f; }
+  else if (name == "matmul") { in = {p({33, 17}), p({17, 9})}; out = matmul(in[0], in[1]); }
+  else if (name == "matmul_tt") { in = {p({17, 33}), p({9, 17})}; out = matmul(in[0], in[1], true, true); }
+  else if (name == "matmul_batched") { in = {p({3, 8, 5}), p({5, 6})}; out = matmul(in[0], in[1]); }
+  else if (name == "linear") { in = {p({2, 7, 12}), p({12, 20}), p({20})}; out = linear(in[0], in[1], in[2]); }
+  else if (name == "sum_axis") { in = {p({4, 5, 6})}; out = sum(in[0], 1); }
+  else if (name == "mean_all") { in = {p({4, 5, 6})}; out = mean(in[0]); }
+  else if (name == "permute") { in = {p({2, 3, 4, 5})}; out = permute(in[0], {2, 0, 3, 1}); }
+  else if (name == "slice_concat") { in = {p({3, 8, 2}), p({3, 4, 2})}; out = concat(std::vector<T>{slice(in[0], 1, 2, 5), in[1]}, 1); }
+  else if (name == "gelu") { in = {p({300}, 2.0f)}; out = gelu(in[0]); }
+  else if (name == "relu") { in = {p({300})}; out = relu(in[0]); }
+  else if (name == "tanh") { in = {p({300})}; out = tanh(in[0]); }
+  else if (name == "softmax") { in = {p({6, 300})}; out = softmax(in[0]); }
+  else if (name == "layer_norm") { in = {p({9, 300}, 2.0f, 1.0f), p({300}, 0.5f, 1.0f), p({300})}; out = layer_norm(in[0], in[1], in[2]); }
+  else if (name == "embedding") { in = {p({50, 16})}; out = embedding(in[0], tape.tokens({2, 5}, {0, 49, 3, 3, 7, 49, 12, 0, 1, 2})); }
+  else if (name == "attention") { in = {p({2, 3, 70, 16}), p({2, 3, 70, 16}), p({2, 3, 70, 16})}; out = attention(in[0], in[1], in[2], true); }
+  else if (name == "self_attention") { in = {p({2, 70, 3 * 32})}; out = self_attention(in[0], 4); }
+  else if (name == "cross_entropy") { in = {p({2, 9, 40}, 2.0f)}; std::vector<std::int32_t> t(18); for (int i = 0; i < 18; ++i) t[static_cast<std::size_t>(i)] = (i * 7) % 40; out = cross_entropy(in[0], tape.tokens({2, 9}, t)); }
+  else if (name == "dropout") { in = {p({1000})}; out = dropout(in[0], 0.3f); }
+  Result r;
+  r.out = out.template to_vector<float>();
+  std::vector<float> g(r.out.size());
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = rng::normal(77, 1, i);
+  tape.backward(out, tape.input(out.shape(), g));
+  for (const T& t : in) r.grads.push_back(t.grad().template to_vector<float>());
+  return r;
+}
+
+/// One GPT forward and backward (dropout on when asked) with a checkpoint strategy: the loss
+/// and every parameter's gradient.
+template <class B>
+Result run_gpt(const std::string& strategy, float dropout) {
+  using namespace remat;
+  Tape<B> tape(5);
+  nn::GPTConfig c;
+  c.vocab_size = 64;
+  c.block_size = 32;
+  c.n_layer = 3;
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.dropout = dropout;
+  c.checkpoint = nn::CheckpointStrategy::parse(strategy);
+  nn::GPT<B> model(tape, c);
+  std::vector<std::int32_t> x(2 * 32), y(2 * 32);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<std::int32_t>((i * 13 + 5) % 64);
+    y[i] = static_cast<std::int32_t>((i * 29 + 1) % 64);
+  }
+  auto loss = model.loss(tape.tokens({2, 32}, x), tape.tokens({2, 32}, y));
+  tape.backward(loss);
+  Result r;
+  r.out = {loss.item()};
+  for (const auto& p : model.parameters()) r.grads.push_back(p.grad().template to_vector<float>());
+  return r;
+}
+
+}  // namespace remat_cuda_test

@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: MIT
+// The CPU results the CUDA backend is compared with (tests/cuda/test_cuda_kernels.cu).
+#include <remat/remat.hpp>
+
+#include "cuda/reference.hpp"
+
+namespace remat_cuda_test {
+Result cpu_op(const std::string& name) { return run_op<remat::Cpu>(name); }
+Result cpu_gpt(const std::string& strategy, float dropout) {
+  return run_gpt<remat::Cpu>(strategy, dropout);
+}
+}  // namespace remat_cuda_test
