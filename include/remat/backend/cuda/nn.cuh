@@ -4,13 +4,15 @@
 // block copies (slice, concat), permute, and attention. One thread block per row where a row
 // needs a reduction; column sums run one thread per column over the rows in order, so they
 // are deterministic. The embedding's scatter-add uses atomics (order-dependent in the last bit).
-// Attention here keeps P (B H T T) like the CPU; the fused kernel that keeps only row
-// statistics is the next step (see remat/cuda.hpp).
+// Attention is fused (flash.cuh) for head sizes up to 128; larger heads keep P like the CPU.
 
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 #include <cstdint>
 #include <vector>
 
+#include "remat/backend/cuda/flash.cuh"
 #include "remat/backend/cuda/gemm.cuh"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/shape.hpp"
@@ -313,11 +315,28 @@ struct CudaNn {
     REMAT_CUDA_CHECK_LAUNCH("permute");
   }
 
-  // Attention, materialized for now: P (B H, T, T) is kept, as on the CPU.
-  static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t) { return BH * T * T; }
+  // Attention: fused (flash.cuh) for head sizes up to 128, keeping lse and O (linear in T);
+  // else, or with REMAT_CUDA_ATTENTION=materialized, P (B H, T, T) is kept as on the CPU.
+  static bool flash(std::int64_t D) {
+    static const bool materialized = [] {
+      const char* e = std::getenv("REMAT_CUDA_ATTENTION");
+      return e && std::string(e) == "materialized";
+    }();
+    return D <= kFlashMaxD && !materialized;
+  }
+  static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t D) {
+    return flash(D) ? BH * T * (1 + D) : BH * T * T;
+  }
   static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
                                 const float* k, const float* v, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
+    if (flash(D)) {
+      const std::int64_t rows = L.B * L.H * T;
+      flash_forward_kernel<><<<static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps), 32 * kFlashWarps, 0, s()>>>(
+          L, o, p, p + rows, q, k, v, scale, causal);
+      REMAT_CUDA_CHECK_LAUNCH("flash attention forward");
+      return;
+    }
     for (std::int64_t b = 0; b < L.B; ++b) {  // the heads of one batch row in one batched GEMM
       const std::int64_t qo = b * L.q_batch, oo = b * L.o_batch;
       float* P = p + b * L.H * TT;
@@ -331,8 +350,19 @@ struct CudaNn {
   }
   static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
                                  const float* dout, const float* q, const float* k, const float* v,
-                                 const float* p, float scale, bool) {
+                                 const float* p, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
+    if (flash(D)) {
+      const std::int64_t rows = L.B * L.H * T;
+      const unsigned blocks = static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps);
+      float* delta = static_cast<float*>(CachingAllocator::get().allocate(static_cast<std::size_t>(rows) * 4));
+      flash_delta_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, delta, p + rows, dout);
+      if (dq) flash_dq_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dq, dout, q, k, v, p, delta, scale, causal);
+      if (dk || dv) flash_dkdv_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dk, dv, dout, q, k, v, p, delta, scale, causal);
+      REMAT_CUDA_CHECK_LAUNCH("flash attention backward");
+      CachingAllocator::get().deallocate(delta, static_cast<std::size_t>(rows) * 4);
+      return;
+    }
     const std::size_t bytes = static_cast<std::size_t>(L.H * TT) * 4;
     float* ds = static_cast<float*>(CachingAllocator::get().allocate(bytes));
     for (std::int64_t b = 0; b < L.B; ++b) {
