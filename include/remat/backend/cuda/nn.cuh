@@ -3,7 +3,7 @@
 // CUDA row kernels: layer norm, softmax, cross-entropy, embedding, reductions over an axis,
 // block copies (slice, concat), permute, and attention. One thread block per row where a row
 // needs a reduction; column sums run one thread per column over the rows in order, so they
-// are deterministic. The embedding's scatter-add uses atomics (order-dependent in the last bit).
+// are deterministic (colsum.cuh). The embedding's scatter-add uses atomics (order-dependent in the last bit).
 // Attention is fused (flash.cuh) for head sizes up to 128; larger heads keep P like the CPU.
 
 #include <cfloat>
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "remat/backend/cuda/colsum.cuh"
 #include "remat/backend/cuda/flash.cuh"
 #include "remat/backend/cuda/gemm.cuh"
 #include "remat/backend/cuda/memory.cuh"
@@ -75,23 +76,6 @@ __global__ void layer_norm_dx_kernel(float* dx, const float* dy, const float* x,
   const float mgx = block_reduce<false>(bsum, sh) / static_cast<float>(C);
   for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x)
     dx[r * C + i] += s * (gr[i] * w[i] - mg - (xr[i] - m) * s * mgx);
-}
-// dw += sum_rows dy xhat, db += sum_rows dy: one thread per column
-template <int = 0>
-__global__ void layer_norm_dwdb_kernel(float* dw, float* db, const float* dy, const float* x,
-                                       const float* mean, const float* rstd, std::int64_t rows,
-                                       std::int64_t C) {
-  for (std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; c < C;
-       c += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float sw = 0, sb = 0;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float g = dy[r * C + c];
-      sw += g * (x[r * C + c] - mean[r]) * rstd[r];
-      sb += g;
-    }
-    if (dw) dw[c] += sw;
-    if (db) db[c] += sb;
-  }
 }
 // y[0:valid] = softmax(scale x[0:valid]), y[valid:C] = 0; valid = row % T + 1 when causal
 template <int = 0>
@@ -227,8 +211,15 @@ struct CudaNn {
                                   std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
     if (dx) layer_norm_dx_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(dx, dy, x, w, mean, rstd, C);
-    if (dw || db) layer_norm_dwdb_kernel<><<<grid_for(C, 128), 128, 0, s()>>>(dw, db, dy, x, mean, rstd, rows, C);
     REMAT_CUDA_CHECK_LAUNCH("layer_norm_backward");
+    ColumnTerm t;
+    t.g = dy;
+    if (db) column_sum(db, t, rows, C);
+    t.kind = ColumnTerm::layer_norm_w;
+    t.x = x;
+    t.mean = mean;
+    t.rstd = rstd;
+    if (dw) column_sum(dw, t, rows, C);
   }
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
@@ -281,6 +272,7 @@ struct CudaNn {
   static void reduce_forward(float* y, const float* x, std::int64_t outer, std::int64_t n,
                              std::int64_t inner, float scale) {
     if (outer * inner == 0) return;
+    // (sums over many rows, like a bias gradient's, use column_sum in pointwise.cuh)
     reduce_forward_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(y, x, outer, n, inner, scale);
     REMAT_CUDA_CHECK_LAUNCH("reduce_forward");
   }

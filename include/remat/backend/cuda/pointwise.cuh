@@ -3,10 +3,11 @@
 // CUDA pointwise kernels: binary with trailing broadcast, affine, GELU, ReLU, tanh, dropout,
 // broadcast rows. The per-element math is ops/math.hpp's (shared with the CPU tests) and the
 // dropout masks come from the same Philox stream as the CPU's, so masks match across backends.
-// Broadcast gradients are summed by one thread per column over the rows: deterministic.
+// Broadcast gradients are summed by deterministic column sums (colsum.cuh).
 
 #include <cstdint>
 
+#include "remat/backend/cuda/colsum.cuh"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/rng.hpp"
 #include "remat/ops/math.hpp"
@@ -35,21 +36,6 @@ __global__ void binary_grad_kernel(math::BinaryKind k, float* d, const float* g,
     const std::int64_t j = i % inner;
     const float av = a[a_bc ? j : i], bv = b[b_bc ? j : i];
     d[i] += g[i] * (wrt_a ? math::binary_grad_a(k, av, bv) : math::binary_grad_b(k, av, bv));
-  }
-}
-// d (inner) += sum over rows of g * d(a op b)/d(wrt): one thread per column, rows in order
-template <int = 0>
-__global__ void binary_grad_reduce_kernel(math::BinaryKind k, float* d, const float* g,
-                                          const float* a, const float* b, std::int64_t outer,
-                                          std::int64_t inner, bool a_bc, bool b_bc, bool wrt_a) {
-  REMAT_GRID_STRIDE(j, inner) {
-    float s = 0.0f;
-    for (std::int64_t o = 0; o < outer; ++o) {
-      const std::int64_t i = o * inner + j;
-      const float av = a[a_bc ? j : i], bv = b[b_bc ? j : i];
-      s += g[i] * (wrt_a ? math::binary_grad_a(k, av, bv) : math::binary_grad_b(k, av, bv));
-    }
-    d[j] += s;
   }
 }
 template <int = 0>
@@ -118,10 +104,19 @@ struct CudaPointwise {
     if (outer * inner == 0) return;
     auto run = [&](float* d, bool d_bc, bool wrt_a) {
       if (!d) return;
-      if (d_bc)
-        binary_grad_reduce_kernel<><<<grid_for(inner), 256, 0, s()>>>(k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);
-      else
-        binary_grad_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);
+      if (d_bc) {  // summed over the rows: deterministic column sums
+        ColumnTerm t;
+        t.kind = wrt_a ? ColumnTerm::binary_a : ColumnTerm::binary_b;
+        t.g = dy;
+        t.x = a;
+        t.y = b;
+        t.op = k;
+        t.a_bc = a_bc;
+        t.b_bc = b_bc;
+        column_sum(d, t, outer, inner);
+        return;
+      }
+      binary_grad_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);
       REMAT_CUDA_CHECK_LAUNCH("binary_backward");
     };
     run(da, a_bc, true);

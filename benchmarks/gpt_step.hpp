@@ -1,0 +1,148 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// gpt_step's body for any backend: times GPT training steps (forward, backward, optimizer) and
+// reports the allocator's exact memory, one JSON line per checkpoint strategy.
+// Hooks per backend: set_threads<B>, backend_json<B> (defined by gpt_step.cpp / gpt_step_cuda.cu).
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "harness.hpp"
+
+using namespace remat;
+
+template <class B> void set_threads(int threads);
+template <class B> std::string backend_json();
+
+/// The whole benchmark for backend B (Cpu here; Cuda in gpt_step_cuda.cu).
+template <class B>
+int gpt_step_main(int argc, char** argv) {
+  CLI::App app{"Time GPT training steps and report the exact memory ledger"};
+  int layers = 8, d = 256, heads = 4, seq = 256, batch = 4, vocab = 256, steps = 10, warmup = 3;
+  int threads = 1;
+  float lr = 1e-3f;
+  std::string optimizer = "adamw", checkpoint = "none";
+  bool print_segments = false;
+  app.add_option("--layers", layers, "transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--d", d, "model width (n_embd)")->check(CLI::PositiveNumber);
+  app.add_option("--heads", heads, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--seq", seq, "sequence length")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", vocab, "vocabulary size")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "measured steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "unmeasured steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "CPU threads (ours, Eigen, OpenBLAS)")->check(CLI::PositiveNumber);
+  app.add_option("--lr", lr, "learning rate");
+  app.add_option("--optimizer", optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}));
+  app.add_option("--checkpoint", checkpoint,
+                 "activation checkpointing: none, block, every:N, sqrt or selective; a comma "
+                 "list runs them in turns, step by step, and prints one JSON line each");
+  app.add_flag("--segments", print_segments, "print the per-segment ledger as a table (stderr)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const std::int64_t rss_before = remat_bench::rss_bytes("VmRSS");
+    set_threads<B>(threads);
+    Tape<B> tape;
+    nn::GPTConfig c;
+    c.vocab_size = vocab;
+    c.block_size = seq;
+    c.n_layer = layers;
+    c.n_embd = d;
+    c.n_head = heads;
+    nn::GPT<B> model(tape, c);
+    const auto params = model.parameters();
+    optim::AdamW<B> adamw(params, {lr});
+    optim::SGD<B> sgd(params, {lr, 0.9f});
+
+    std::vector<std::int32_t> x(static_cast<std::size_t>(batch * seq)), y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<std::int32_t>(rng::random4(7, 0, i).v[0] % static_cast<unsigned>(vocab));
+      y[i] = static_cast<std::int32_t>(rng::random4(7, 1, i).v[0] % static_cast<unsigned>(vocab));
+    }
+    const auto idx = tape.tokens({batch, seq}, x), tgt = tape.tokens({batch, seq}, y);
+
+    // Several strategies (--checkpoint none,block) take turns step by step on the same model,
+    // so a drift of the machine's speed hits them alike.
+    struct Result {
+      std::string name;
+      nn::CheckpointStrategy strategy;
+      std::vector<double> times;
+      std::int64_t peak = 0, peak_step = 0, peak_saved = 0;
+      float loss_first = 0, loss_last = 0;
+      bool seen = false;
+      MemoryStats mem;  // the peaks of its worst step by category
+      std::vector<SegmentStats> segments;  // its last step's ledger
+    };
+    std::vector<Result> results;
+    for (std::size_t at = 0;;) {
+      const std::size_t comma = checkpoint.find(',', at);
+      Result r;
+      r.name = checkpoint.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      r.strategy = nn::CheckpointStrategy::parse(r.name);
+      results.push_back(r);
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    const int n = static_cast<int>(results.size());
+    for (int s = 0; s < (warmup + steps) * n; ++s) {
+      Result& r = results[static_cast<std::size_t>(s % n)];
+      const bool measured = s >= warmup * n;
+      model.config.checkpoint = r.strategy;
+      tape.segment_stats().clear();
+      reset_peak_memory<B>();
+      const std::int64_t live0 = memory_stats<B>().live_total;
+      const double t0 = remat_bench::now_s();
+      auto loss = model.loss(idx, tgt);
+      tape.backward(loss);
+      if (optimizer == "adamw") {
+        adamw.step();
+        adamw.zero_grad();
+      } else {
+        sgd.step();
+        sgd.zero_grad();
+      }
+      B::synchronize();  // a GPU step ends when its kernels do
+      const double dt = remat_bench::now_s() - t0;
+      const float l = loss.item();
+      if (!r.seen) r.loss_first = l;
+      r.seen = true;
+      r.loss_last = l;
+      if (measured) {
+        r.times.push_back(dt);
+        const auto st = memory_stats<B>();
+        if (st.peak_total > r.peak) r.mem = st;
+        r.peak = std::max(r.peak, st.peak_total);
+        r.peak_step = std::max(r.peak_step, st.peak_total - live0);
+        r.peak_saved = std::max(r.peak_saved, st.peak_of(Category::activations));
+        r.segments = tape.segment_stats();
+      }
+    }
+    for (const Result& r : results) {
+      const auto t = remat_bench::summarize(r.times);
+      std::printf(
+          "{\"impl\":\"remat\",\"backend\":\"%s\",\"threads\":%d,\"layers\":%d,\"d\":%d,"
+          "\"heads\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"checkpoint\":\"%s\","
+          "\"optimizer\":\"%s\",\"steps\":%d,\"params\":%lld,\"step_s\":%.6f,\"step_s_min\":%.6f,"
+          "\"step_s_max\":%.6f,\"tokens_per_s\":%.1f,\"loss_first\":%.6f,\"loss_last\":%.6f,"
+          "\"peak_bytes\":%lld,\"peak_step_bytes\":%lld,\"peak_saved_bytes\":%lld,"
+          "%s,\"rss_before_bytes\":%lld,\"rss_peak_bytes\":%lld,"
+          "\"memory\":%s,\"segments\":%s}\n",
+          B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab, r.name.c_str(),
+          optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
+          t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
+          static_cast<long long>(r.peak), static_cast<long long>(r.peak_step),
+          static_cast<long long>(r.peak_saved), backend_json<B>().c_str(),
+          static_cast<long long>(rss_before), static_cast<long long>(remat_bench::rss_bytes("VmHWM")),
+          r.mem.json().c_str(), remat_bench::segments_json(r.segments).c_str());
+    }
+    if (print_segments) std::fprintf(stderr, "%s", segment_table(tape).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// gpt_step_cuda: gpt_step on the CUDA backend (same flags, same JSON; --threads is ignored).
+// Peak bytes are the ledger's exact live bytes (comparable to torch.cuda.max_memory_allocated);
+// reserved bytes are what the caching allocator holds from cudaMalloc.
+//
+//   build/benchmarks/gpt_step_cuda --layers 12 --d 768 --heads 12 --seq 1024 --batch 8
+//                                  --vocab 50257 --checkpoint none,block,selective
+
+#include <remat/cuda.hpp>
+#include <remat/nn/gpt.hpp>
+#include <remat/optim/adamw.hpp>
+#include <remat/optim/sgd.hpp>
+
+#include "gpt_step.hpp"
+
+template <> void set_threads<Cuda>(int) {}
+template <> std::string backend_json<Cuda>() {
+  return "\"reserved_bytes\":" + std::to_string(Cuda::reserved_bytes()) +
+         ",\"peak_reserved_bytes\":" + std::to_string(Cuda::peak_reserved_bytes());
+}
+
+int main(int argc, char** argv) {
+  if (!cuda::device_available()) {
+    std::fprintf(stderr, "gpt_step_cuda: no CUDA device\n");
+    return 77;
+  }
+  return gpt_step_main<Cuda>(argc, argv);
+}
