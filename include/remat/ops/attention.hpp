@@ -22,8 +22,9 @@ struct AttentionOp {
     AttentionLayout L;
     float scale = 1.0f;
     bool causal = true;
-    Tensor<B> q, k, v, aux;  // aux: the backend's saved statistics (P on the CPU)
-    template <class F> void each(F f) const { f(q); f(k); f(v); f(aux); }
+    Tensor<B> q, k, v, aux, o;  // aux: the backend's statistics (P on the CPU, lse on CUDA);
+                                // o: the output, when the backend's backward reads it
+    template <class F> void each(F f) const { f(q); f(k); f(v); f(aux); f(o); }
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& q, const Tensor<B>& k,
@@ -50,13 +51,14 @@ struct AttentionOp {
     s.q = q;
     s.k = k;
     s.v = v;
+    if (B::attention_needs_output(L.D)) s.o = o;
     return o;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
     auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
     B::attention_backward(s.L, ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
-                          s.q.template data<float>(), s.k.template data<float>(),
+                          ptr(s.o), s.q.template data<float>(), s.k.template data<float>(),
                           s.v.template data<float>(), s.aux.template data<float>(), s.scale,
                           s.causal);
   }
@@ -71,8 +73,8 @@ struct SelfAttentionOp {
     AttentionLayout L;
     float scale = 1.0f;
     bool causal = true;
-    Tensor<B> qkv, aux;
-    template <class F> void each(F f) const { f(qkv); f(aux); }
+    Tensor<B> qkv, aux, o;
+    template <class F> void each(F f) const { f(qkv); f(aux); f(o); }
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& qkv, std::int64_t n_head, bool causal) {
@@ -102,6 +104,7 @@ struct SelfAttentionOp {
     B::attention_forward(L, o.template data<float>(), s.aux.template data<float>(), q, q + C,
                          q + 2 * C, s.scale, causal);
     s.qkv = qkv;
+    if (B::attention_needs_output(L.D)) s.o = o;
     return o;
   }
   template <class B>
@@ -109,8 +112,9 @@ struct SelfAttentionOp {
     const std::int64_t C = s.L.H * s.L.D;
     const float* q = s.qkv.template data<float>();
     float* d = dinp[0].template data<float>();
-    B::attention_backward(s.L, d, d + C, d + 2 * C, dout.template data<float>(), q, q + C,
-                          q + 2 * C, s.aux.template data<float>(), s.scale, s.causal);
+    B::attention_backward(s.L, d, d + C, d + 2 * C, dout.template data<float>(),
+                          s.o.defined() ? s.o.template data<float>() : nullptr, q, q + C, q + 2 * C,
+                          s.aux.template data<float>(), s.scale, s.causal);
   }
 };
 

@@ -85,7 +85,9 @@ struct CpuNn {
     });
   }
 
-  /// Attention keeps the full probability matrix on the CPU: p is (BH, T, T).
+  /// Attention keeps the full probability matrix on the CPU: p is (BH, T, T); the backward
+  /// does not need the output.
+  static bool attention_needs_output(std::int64_t) { return false; }
   static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t) {
     return BH * T * T;
   }
@@ -121,8 +123,8 @@ struct CpuNn {
   // (in the same row blocks: entries of P past the causal limit are 0 and contribute nothing).
   // dq, dk, dv use q's layout; dout uses o's.
   static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
-                                 const float* dout, const float* q, const float* k, const float* v,
-                                 const float* p, float scale, bool causal) {
+                                 const float* dout, const float*, const float* q, const float* k,
+                                 const float* v, const float* p, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     const int chunks = num_chunks(L.B * L.H, 1);
     std::vector<float> scratch(static_cast<std::size_t>(chunks * kRows * T));

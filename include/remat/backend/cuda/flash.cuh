@@ -1,8 +1,8 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // Fused causal attention for the CUDA backend: never materializes the T x T matrix. Forward
-// keeps the row statistic lse_i = log sum_j exp(s_ij) and a copy of the output O for the
-// backward's Dlt_i = dO_i . O_i: B H T (1 + D) floats, linear in T (P would be B H T T).
+// keeps only the row statistic lse_i = log sum_j exp(s_ij): B H T floats (P would be B H T T);
+// the backward also reads the output O, which the op keeps (GPT's c_proj saves it anyway).
 // One warp per row; each lane holds D/32 elements of a row (D <= 128, a multiple of 32... or
 // any D <= 128: lanes past D hold zeros).
 //
@@ -50,9 +50,8 @@ __device__ inline float dot_row(const float (&a)[kFlashPerLane], const float* p,
 }
 
 template <int = 0>
-__global__ void flash_forward_kernel(AttentionLayout L, float* o, float* lse, float* o_copy,
-                                     const float* q, const float* k, const float* v, float scale,
-                                     bool causal) {
+__global__ void flash_forward_kernel(AttentionLayout L, float* o, float* lse, const float* q,
+                                     const float* k, const float* v, float scale, bool causal) {
   const int lane = threadIdx.x % 32;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kFlashWarps + threadIdx.x / 32;
   if (row >= L.B * L.H * L.T) return;
@@ -74,24 +73,24 @@ __global__ void flash_forward_kernel(AttentionLayout L, float* o, float* lse, fl
     m = mn;
   }
   float* oi = o + L.o_offset(bh) + i * L.o_row;
-  float* ci = o_copy + row * L.D;
 #pragma unroll
   for (int kk = 0; kk < kFlashPerLane; ++kk) {
     const std::int64_t d = lane + 32 * kk;
-    if (d < L.D) oi[d] = ci[d] = acc[kk] / l;
+    if (d < L.D) oi[d] = acc[kk] / l;
   }
   if (lane == 0) lse[row] = m + logf(l);
 }
-// Dlt_i = dO_i . O_i  (O from the forward's copy, rows of D)
+// Dlt_i = dO_i . O_i  (both in the output's layout)
 template <int = 0>
-__global__ void flash_delta_kernel(AttentionLayout L, float* delta, const float* o_copy, const float* dout) {
+__global__ void flash_delta_kernel(AttentionLayout L, float* delta, const float* o, const float* dout) {
   const int lane = threadIdx.x % 32;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kFlashWarps + threadIdx.x / 32;
   if (row >= L.B * L.H * L.T) return;
   const std::int64_t bh = row / L.T, i = row % L.T;
+  const std::int64_t off = L.o_offset(bh) + i * L.o_row;
   float g[kFlashPerLane];
-  load_row(g, dout + L.o_offset(bh) + i * L.o_row, lane, L.D);
-  const float s = dot_row(g, o_copy + row * L.D, lane, L.D);
+  load_row(g, dout + off, lane, L.D);
+  const float s = dot_row(g, o + off, lane, L.D);
   if (lane == 0) delta[row] = s;
 }
 // dq_i += scale sum_{j visible to i} ds_ij k_j

@@ -307,7 +307,7 @@ struct CudaNn {
     REMAT_CUDA_CHECK_LAUNCH("permute");
   }
 
-  // Attention: fused (flash.cuh) for head sizes up to 128, keeping lse and O (linear in T);
+  // Attention: fused (flash.cuh) for head sizes up to 128, keeping lse (B H T floats);
   // else, or with REMAT_CUDA_ATTENTION=materialized, P (B H, T, T) is kept as on the CPU.
   static bool flash(std::int64_t D) {
     static const bool materialized = [] {
@@ -317,15 +317,18 @@ struct CudaNn {
     return D <= kFlashMaxD && !materialized;
   }
   static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t D) {
-    return flash(D) ? BH * T * (1 + D) : BH * T * T;
+    return flash(D) ? BH * T : BH * T * T;
   }
+  /// The fused backward reads the output (for dO . O); the op keeps it (GPT's output projection
+  /// saves the same buffer anyway, so it costs no bytes there).
+  static bool attention_needs_output(std::int64_t D) { return flash(D); }
   static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
                                 const float* k, const float* v, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     if (flash(D)) {
       const std::int64_t rows = L.B * L.H * T;
       flash_forward_kernel<><<<static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps), 32 * kFlashWarps, 0, s()>>>(
-          L, o, p, p + rows, q, k, v, scale, causal);
+          L, o, p, q, k, v, scale, causal);
       REMAT_CUDA_CHECK_LAUNCH("flash attention forward");
       return;
     }
@@ -341,14 +344,14 @@ struct CudaNn {
     }
   }
   static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
-                                 const float* dout, const float* q, const float* k, const float* v,
-                                 const float* p, float scale, bool causal) {
+                                 const float* dout, const float* o, const float* q, const float* k,
+                                 const float* v, const float* p, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     if (flash(D)) {
       const std::int64_t rows = L.B * L.H * T;
       const unsigned blocks = static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps);
       float* delta = static_cast<float*>(CachingAllocator::get().allocate(static_cast<std::size_t>(rows) * 4));
-      flash_delta_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, delta, p + rows, dout);
+      flash_delta_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, delta, o, dout);
       if (dq) flash_dq_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dq, dout, q, k, v, p, delta, scale, causal);
       if (dk || dv) flash_dkdv_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dk, dv, dout, q, k, v, p, delta, scale, causal);
       REMAT_CUDA_CHECK_LAUNCH("flash attention backward");
