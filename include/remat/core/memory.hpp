@@ -115,6 +115,22 @@ Ledger& ledger() {
   return l;
 }
 
+/// Counts a kernel's internal scratch buffer under `temporaries` for its lifetime, so the
+/// ledger covers every byte a backend allocates (B may be incomplete: it is only a tag).
+template <class B>
+class ScratchBytes {
+ public:
+  explicit ScratchBytes(std::size_t bytes) : bytes_(static_cast<std::int64_t>(bytes)) {
+    ledger<B>().on_alloc(Category::temporaries, bytes_);
+  }
+  ~ScratchBytes() { ledger<B>().on_free(Category::temporaries, bytes_); }
+  ScratchBytes(const ScratchBytes&) = delete;
+  ScratchBytes& operator=(const ScratchBytes&) = delete;
+
+ private:
+  std::int64_t bytes_;
+};
+
 }  // namespace detail
 
 /// The exact live and peak bytes of backend B, by category.

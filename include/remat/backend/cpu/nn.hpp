@@ -14,7 +14,10 @@
 #include "remat/backend/cpu/memory.hpp"
 #include "remat/ops/math.hpp"
 
+#include "remat/core/memory.hpp"
+
 namespace remat {
+struct Cpu;
 namespace cpu {
 
 struct CpuNn {
@@ -45,6 +48,7 @@ struct CpuNn {
                                   const float* rstd, std::int64_t rows, std::int64_t C) {
     const int T = std::max(1, num_chunks(rows, 16));
     std::vector<float> part(static_cast<std::size_t>(2 * T * C), 0.0f);
+    const detail::ScratchBytes<Cpu> counted(part.size() * sizeof(float));
     parallel_for_chunks(rows, T, [&](int t, std::int64_t rb, std::int64_t re) {
       Arr pw(part.data() + 2 * t * C, C), pb(part.data() + (2 * t + 1) * C, C);
       Eigen::ArrayXf xhat(C), g(C);
@@ -128,6 +132,7 @@ struct CpuNn {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     const int chunks = num_chunks(L.B * L.H, 1);
     std::vector<float> scratch(static_cast<std::size_t>(chunks * kRows * T));
+    const detail::ScratchBytes<Cpu> counted(scratch.size() * sizeof(float));
     parallel_for_chunks(L.B * L.H, chunks, [&](int c, std::int64_t hb, std::int64_t he) {
       float* ds = scratch.data() + static_cast<std::size_t>(c) * kRows * T;
       for (std::int64_t bh = hb; bh < he; ++bh) {

@@ -61,13 +61,12 @@ __global__ void column_finish_kernel(float* out, const float* partial, std::int6
 inline void column_sum(float* out, const ColumnTerm& t, std::int64_t rows, std::int64_t C) {
   if (rows == 0 || C == 0) return;
   const auto stream = Context::get().stream();
-  const std::size_t bytes = static_cast<std::size_t>(kColumnChunks * C) * sizeof(float);
-  float* partial = static_cast<float*>(CachingAllocator::get().allocate(bytes));
+  const Scratch scratch(static_cast<std::size_t>(kColumnChunks * C) * sizeof(float));
+  float* partial = scratch.as<float>();
   const unsigned cols = static_cast<unsigned>((C + 127) / 128);
   column_partial_kernel<><<<dim3(cols, kColumnChunks), 128, 0, stream>>>(partial, t, rows, C);
   column_finish_kernel<><<<cols, 128, 0, stream>>>(out, partial, C);
   REMAT_CUDA_CHECK_LAUNCH("column_sum");
-  CachingAllocator::get().deallocate(partial, bytes);  // stream-ordered reuse
 }
 
 }  // namespace cuda

@@ -14,7 +14,10 @@
 
 #include "remat/backend/cuda/context.cuh"
 
+#include "remat/core/memory.hpp"
+
 namespace remat {
+struct Cuda;
 namespace cuda {
 
 class CachingAllocator {
@@ -99,6 +102,25 @@ __global__ void add_into_kernel(float* dst, const float* src, std::int64_t n) {
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     dst[i] += src[i];
 }
+
+/// A kernel's scratch buffer from the caching allocator, counted in the ledger (temporaries)
+/// while it lives. Freed in stream order: a later reuse waits for the kernels that read it.
+class Scratch {
+ public:
+  explicit Scratch(std::size_t bytes) : counted_(bytes), bytes_(bytes) {
+    p_ = CachingAllocator::get().allocate(bytes);
+  }
+  ~Scratch() { CachingAllocator::get().deallocate(p_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const noexcept { return static_cast<T*>(p_); }
+
+ private:
+  ::remat::detail::ScratchBytes<Cuda> counted_;
+  std::size_t bytes_;
+  void* p_ = nullptr;
+};
 
 /// Blocks for a grid-stride loop over n elements.
 inline unsigned grid_for(std::int64_t n, unsigned block = 256) {

@@ -233,12 +233,12 @@ struct CudaNn {
   }
   static float cross_entropy_forward(float* lse, const float* logits, const std::int32_t* targets,
                                      std::int64_t N, std::int64_t V) {
-    float* loss = static_cast<float*>(CachingAllocator::get().allocate(static_cast<std::size_t>(N) * 4));
+    const Scratch scratch(static_cast<std::size_t>(N) * 4);
+    float* loss = scratch.as<float>();
     cross_entropy_forward_kernel<><<<static_cast<unsigned>(N), kRowThreads, 0, s()>>>(lse, loss, logits, targets, V);
     REMAT_CUDA_CHECK_LAUNCH("cross_entropy_forward");
     std::vector<float> h(static_cast<std::size_t>(N));
     CudaMemory::copy_to_host(h.data(), loss, h.size() * 4);
-    CachingAllocator::get().deallocate(loss, static_cast<std::size_t>(N) * 4);
     double total = 0;
     for (float v : h) total += v;  // in order, in double: deterministic
     return static_cast<float>(total / static_cast<double>(N));
@@ -350,16 +350,16 @@ struct CudaNn {
     if (flash(D)) {
       const std::int64_t rows = L.B * L.H * T;
       const unsigned blocks = static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps);
-      float* delta = static_cast<float*>(CachingAllocator::get().allocate(static_cast<std::size_t>(rows) * 4));
+      const Scratch scratch(static_cast<std::size_t>(rows) * 4);
+      float* delta = scratch.as<float>();
       flash_delta_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, delta, o, dout);
       if (dq) flash_dq_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dq, dout, q, k, v, p, delta, scale, causal);
       if (dk || dv) flash_dkdv_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dk, dv, dout, q, k, v, p, delta, scale, causal);
       REMAT_CUDA_CHECK_LAUNCH("flash attention backward");
-      CachingAllocator::get().deallocate(delta, static_cast<std::size_t>(rows) * 4);
       return;
     }
-    const std::size_t bytes = static_cast<std::size_t>(L.H * TT) * 4;
-    float* ds = static_cast<float*>(CachingAllocator::get().allocate(bytes));
+    const Scratch scratch(static_cast<std::size_t>(L.H * TT) * 4);
+    float* ds = scratch.as<float>();
     for (std::int64_t b = 0; b < L.B; ++b) {
       const std::int64_t qo = b * L.q_batch, oo = b * L.o_batch;
       const float* P = p + b * L.H * TT;
@@ -378,7 +378,6 @@ struct CudaNn {
         CudaGemm::gemm_batched(true, false, T, D, T, scale, ds, T, TT, q + qo, L.q_row, L.q_head,
                                1.0f, dk + qo, L.q_row, L.q_head, L.H);
     }
-    CachingAllocator::get().deallocate(ds, bytes);  // stream-ordered: reuse waits for the kernels
   }
 };
 

@@ -77,12 +77,12 @@ struct CudaOptim {
   static double sum_squares(const float* x, std::int64_t n) {
     if (n == 0) return 0.0;
     constexpr unsigned kBlocks = 64;
-    double* partial = static_cast<double*>(CachingAllocator::get().allocate(kBlocks * sizeof(double)));
+    const Scratch scratch(kBlocks * sizeof(double));
+    double* partial = scratch.as<double>();
     sum_squares_kernel<><<<kBlocks, 256, 0, Context::get().stream()>>>(partial, x, n);
     REMAT_CUDA_CHECK_LAUNCH("sum_squares");
     std::vector<double> h(kBlocks);
     CudaMemory::copy_to_host(h.data(), partial, kBlocks * sizeof(double));
-    CachingAllocator::get().deallocate(partial, kBlocks * sizeof(double));
     double s = 0;
     for (double v : h) s += v;
     return s;
