@@ -66,20 +66,27 @@ struct BinaryOp {
                            math::BinaryKind kind, const char* op) {
     detail::check_f32(op, "a", a);
     detail::check_f32(op, "b", b);
-    const auto bc = detail::broadcast(op, a.shape(), b.shape());
+    s.kind = kind;
+    s.bc = detail::broadcast(op, a.shape(), b.shape());
+    const auto& bc = s.bc;
     auto y = detail::make_tensor<B>(&a.tape(), bc.out);
     B::binary_forward(kind, y.template data<float>(), a.template data<float>(),
                       b.template data<float>(), bc.outer, bc.inner, bc.a_bcast, bc.b_bcast);
-    save(s, y, a, b, kind, op);
+    keep_operands(s, a, b);
     return y;
   }
-  // Keep only what the gradients read: d/da of mul needs b, d/db needs a; div needs b for
-  // both and a for d/db. add and sub keep nothing.
   template <class B>
   static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& a, const Tensor<B>& b,
                    math::BinaryKind kind, const char* op) {
     s.kind = kind;
     s.bc = detail::broadcast(op, a.shape(), b.shape());
+    keep_operands(s, a, b);
+  }
+  // Keep only what the gradients read: d/da of mul needs b, d/db needs a; div needs b for
+  // both and a for d/db. add and sub keep nothing.
+  template <class B>
+  static void keep_operands(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& b) {
+    const auto kind = s.kind;
     const bool ga = a.requires_grad() || a.impl()->segment_grad;
     const bool gb = b.requires_grad() || b.impl()->segment_grad;
     if (kind == math::BinaryKind::mul) {

@@ -77,7 +77,7 @@ struct MatmulOp {
     B::gemm_batched(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a.template data<float>(), p.lda(), p.sa,
                     b.template data<float>(), p.ldb(), p.sb, 0.0f, c.template data<float>(), p.N,
                     p.sc, p.batch);
-    save(s, c, a, b, ta, tb);
+    keep_operands(s, a, b);
     return c;
   }
   template <class B>
@@ -85,6 +85,11 @@ struct MatmulOp {
                    bool tb) {
     Shape out;
     s.p = detail::plan_matmul(a.shape(), b.shape(), ta, tb, out);
+    keep_operands(s, a, b);
+  }
+  // dA needs B and dB needs A: keep each only when the other operand wants a gradient.
+  template <class B>
+  static void keep_operands(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& b) {
     if (b.requires_grad() || b.impl()->segment_grad) s.a = a;
     if (a.requires_grad() || a.impl()->segment_grad) s.b = b;
   }
