@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <remat/nn/gpt_plan.hpp>
+
 #include "harness.hpp"
 
 using namespace remat;
@@ -25,7 +27,7 @@ int gpt_step_main(int argc, char** argv) {
   int threads = 1;
   float lr = 1e-3f;
   std::string optimizer = "adamw", checkpoint = "none";
-  bool print_segments = false;
+  bool print_segments = false, no_profile = false, plan_only = false;
   app.add_option("--layers", layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d", d, "model width (n_embd)")->check(CLI::PositiveNumber);
   app.add_option("--heads", heads, "attention heads")->check(CLI::PositiveNumber);
@@ -38,9 +40,12 @@ int gpt_step_main(int argc, char** argv) {
   app.add_option("--lr", lr, "learning rate");
   app.add_option("--optimizer", optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}));
   app.add_option("--checkpoint", checkpoint,
-                 "activation checkpointing: none, block, every:N, sqrt or selective; a comma "
+                 "activation checkpointing: none, block, every:N, sqrt, selective, budget:SIZE or auto; a comma "
                  "list runs them in turns, step by step, and prints one JSON line each");
-  app.add_flag("--segments", print_segments, "print the per-segment ledger as a table (stderr)");
+  app.add_flag("--segments", print_segments, "print the per-segment ledger (and plans) as tables (stderr)");
+  app.add_flag("--no-profile", no_profile, "plan budgets from FLOP counts instead of timing a block");
+  app.add_flag("--plan-only", plan_only, "print the predicted peaks (and the smallest feasible "
+               "budget) as JSON lines, without stepping");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -74,18 +79,53 @@ int gpt_step_main(int argc, char** argv) {
       std::int64_t peak = 0, peak_step = 0, peak_saved = 0;
       float loss_first = 0, loss_last = 0;
       bool seen = false;
+      std::int64_t predicted_peak = -1;  // the estimator's peak_total (-1: no estimator)
+      int plan_segments = -1;            // budget and auto: the plan's segments
       MemoryStats mem;  // the peaks of its worst step by category
       std::vector<SegmentStats> segments;  // its last step's ledger
     };
     std::vector<Result> results;
+    StepOptions so;
+    so.optimizer = optimizer;
+    so.momentum = optimizer == "sgd" ? 0.9f : 0.0f;
     for (std::size_t at = 0;;) {
       const std::size_t comma = checkpoint.find(',', at);
       Result r;
       r.name = checkpoint.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
       r.strategy = nn::CheckpointStrategy::parse(r.name);
+      // budget:SIZE and auto are planned here (a block timed for real); every strategy's peak
+      // is predicted by the estimator, where the backend has a shape-only twin.
+      if constexpr (has_meta_twin_v<B>) {
+        nn::GPTConfig k = c;
+        k.checkpoint = r.strategy;
+        if (r.strategy.planned()) {
+          const auto cp = nn::resolve_checkpoint<B>(k, batch, seq, so, {!no_profile, 3});
+          r.strategy = cp.strategy;
+          r.plan_segments = cp.plan.segments;
+          if (print_segments) std::fprintf(stderr, "%s: %s", r.name.c_str(), cp.table().c_str());
+        }
+        k.checkpoint = r.strategy;
+        r.predicted_peak = estimate_gpt_step<B>(k, batch, seq, so).peak();
+      } else {
+        REMAT_CHECK(!r.strategy.planned(), "gpt_step: ", r.name, " needs the estimator, which "
+                    "backend ", B::name, " has no shape-only twin for yet");
+      }
       results.push_back(r);
       if (comma == std::string::npos) break;
       at = comma + 1;
+    }
+    if (plan_only) {  // what the estimator and the planner say, without stepping
+      if constexpr (has_meta_twin_v<B>) {
+        const auto any = nn::plan_checkpoint<B>(c, batch, seq, std::int64_t{1} << 60, so, {false, 1});
+        std::printf("{\"impl\":\"remat\",\"min_feasible_bytes\":%lld,\"params\":%lld}\n",
+                    static_cast<long long>(any.leanest),
+                    static_cast<long long>(model.num_parameters()));
+      }
+      for (const Result& r : results)
+        std::printf("{\"impl\":\"remat\",\"checkpoint\":\"%s\",\"predicted_peak_bytes\":%lld,"
+                    "\"plan_segments\":%d}\n",
+                    r.name.c_str(), static_cast<long long>(r.predicted_peak), r.plan_segments);
+      return 0;
     }
     const int n = static_cast<int>(results.size());
     for (int s = 0; s < (warmup + steps) * n; ++s) {
@@ -128,13 +168,15 @@ int gpt_step_main(int argc, char** argv) {
           "\"heads\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"checkpoint\":\"%s\","
           "\"optimizer\":\"%s\",\"steps\":%d,\"params\":%lld,\"step_s\":%.6f,\"step_s_min\":%.6f,"
           "\"step_s_max\":%.6f,\"tokens_per_s\":%.1f,\"loss_first\":%.6f,\"loss_last\":%.6f,"
-          "\"peak_bytes\":%lld,\"peak_step_bytes\":%lld,\"peak_saved_bytes\":%lld,"
+          "\"peak_bytes\":%lld,\"predicted_peak_bytes\":%lld,\"plan_segments\":%d,"
+          "\"peak_step_bytes\":%lld,\"peak_saved_bytes\":%lld,"
           "%s,\"rss_before_bytes\":%lld,\"rss_peak_bytes\":%lld,"
           "\"memory\":%s,\"segments\":%s}\n",
           B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab, r.name.c_str(),
           optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
-          static_cast<long long>(r.peak), static_cast<long long>(r.peak_step),
+          static_cast<long long>(r.peak), static_cast<long long>(r.predicted_peak),
+          r.plan_segments, static_cast<long long>(r.peak_step),
           static_cast<long long>(r.peak_saved), backend_json<B>().c_str(),
           static_cast<long long>(rss_before), static_cast<long long>(remat_bench::rss_bytes("VmHWM")),
           r.mem.json().c_str(), remat_bench::segments_json(r.segments).c_str());

@@ -7,7 +7,7 @@ zero_grad) on fixed random tokens, and prints one JSON line to stdout.
 Run (use the system interpreter that has torch):
     /usr/bin/python3 benchmarks/torch_gpt_step.py --layers 8 --d 256 --heads 4 \
         --seq 256 --batch 4 --vocab 256 --steps 10 --warmup 3 --threads 1 \
-        [--optimizer adamw|sgd] [--checkpoint none|block]
+        [--optimizer adamw|sgd] [--checkpoint none|block|seq:K]
 """
 import os
 import sys
@@ -127,12 +127,21 @@ class GPT(nn.Module):
         B, T = idx.shape
         pos = torch.arange(T, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
-        for block in self.h:
-            if self.checkpoint == "block":
-                x = torch.utils.checkpoint.checkpoint(
-                    block, x, use_reentrant=False)
-            else:
-                x = block(x)
+        if self.checkpoint.startswith("seq:"):
+            # torch's checkpoint_sequential: K equal runs, all but the last checkpointed
+            segments = int(self.checkpoint[4:])
+            try:  # torch >= 2 takes use_reentrant; 1.13 has only the reentrant form
+                x = torch.utils.checkpoint.checkpoint_sequential(
+                    self.h, segments, x, use_reentrant=False)
+            except ValueError:
+                x = torch.utils.checkpoint.checkpoint_sequential(self.h, segments, x)
+        else:
+            for block in self.h:
+                if self.checkpoint == "block":
+                    x = torch.utils.checkpoint.checkpoint(
+                        block, x, use_reentrant=False)
+                else:
+                    x = block(x)
         x = self.ln_f(x)
         logits = x @ self.wte.weight.t()  # tied LM head
         return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
@@ -152,7 +161,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--checkpoint", choices=["none", "block"], default="none")
+    ap.add_argument("--checkpoint", default="none",
+                    help="none, block (each block checkpointed) or seq:K "
+                         "(torch.utils.checkpoint.checkpoint_sequential with K segments)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: fp32 (TF32 matmuls allowed), peak = torch.cuda.max_memory_allocated")
@@ -161,6 +172,10 @@ def main():
         ap.error("--d must be divisible by --heads")
     if args.steps < 1:
         ap.error("--steps must be >= 1")
+    if not (args.checkpoint in ("none", "block") or (
+            args.checkpoint.startswith("seq:") and args.checkpoint[4:].isdigit()
+            and 1 <= int(args.checkpoint[4:]) <= args.layers)):
+        ap.error("--checkpoint must be none, block or seq:K with 1 <= K <= layers")
 
     torch.set_num_threads(args.threads)
     try:

@@ -18,6 +18,7 @@
 #include <remat/data/tokens.hpp>
 #include <remat/io/gpt2.hpp>
 #include <remat/io/snapshot.hpp>
+#include <remat/nn/gpt_plan.hpp>
 #include <remat/remat.hpp>
 
 using namespace remat;
@@ -30,10 +31,37 @@ struct Flags {
   float temperature = 1.0f;
   std::uint64_t seed = 1337;
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
-              resume, prompt = "The ", device = "cpu";
+              resume, prompt = "The ", device = "cpu", memory_limit;
   int snapshot_every = 0, sample = 0;
-  bool json = false;
+  bool json = false, estimate = false, profile = true;
 };
+
+// --estimate: the predicted peak of a training step under every fixed strategy (and the plan
+// of a budget, when --checkpoint asks for one), from the shape-only estimator; no training.
+void print_estimates(const nn::GPTConfig& c, const Flags& f, const StepOptions& so) {
+  std::printf("predicted peak of a training step (estimator, exact for the CPU ledger), batch %d, seq %d, %s:\n",
+              f.batch, f.seq, so.optimizer.c_str());
+  std::printf("%-16s %12s %12s %12s %12s %12s %12s\n", "strategy", "peak MiB", "params",
+              "gradients", "optimizer", "activations", "temporaries");
+  auto row = [&](const std::string& name, const MemoryStats& m) {
+    auto mib = [](std::int64_t b) { return static_cast<double>(b) / 1048576.0; };
+    std::printf("%-16s %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f\n", name.c_str(), mib(m.peak_total),
+                mib(m.at_peak_of(Category::parameters)), mib(m.at_peak_of(Category::gradients)),
+                mib(m.at_peak_of(Category::optimizer_state)), mib(m.at_peak_of(Category::activations)),
+                mib(m.at_peak_of(Category::temporaries)));
+  };
+  for (const std::string& s : nn::fixed_strategies(c.n_layer)) {
+    nn::GPTConfig k = c;
+    k.checkpoint = nn::CheckpointStrategy::parse(s);
+    row(s, estimate_gpt_step<Cpu>(k, f.batch, f.seq, so).step);
+  }
+  if (c.checkpoint.planned()) {
+    const auto cp = nn::resolve_checkpoint<Cpu>(c, f.batch, f.seq, so, {f.profile, 3});
+    row(c.checkpoint.str(), cp.estimate.step);
+    std::printf("\nplan for %s (%.2f s to plan):\n%s", c.checkpoint.str().c_str(), cp.plan_s,
+                cp.table().c_str());
+  }
+}
 
 std::vector<std::int32_t> builtin_corpus() {
   // A few sentences, repeated with a varying counter so the model has something to learn.
@@ -91,6 +119,15 @@ int run(const Flags& f, const CLI::App& app) {
   c.dropout = f.dropout;
   c.seed = f.seed;
   c.checkpoint = nn::CheckpointStrategy::parse(f.checkpoint);
+  StepOptions so;
+  so.optimizer = f.optimizer;
+  so.momentum = f.optimizer == "sgd" ? f.momentum : 0.0f;
+  if (f.estimate) {
+    print_estimates(c, f, so);
+    return 0;
+  }
+  if (!f.memory_limit.empty())
+    set_memory_limit<Cpu>(parse_bytes(f.memory_limit, "train_gpt: --memory-limit"));
   std::int32_t hi = 0;
   for (auto t : tokens) hi = std::max(hi, t);
   REMAT_CHECK(hi < c.vocab_size, "train_gpt: the data has token id ", hi, " but the vocabulary has ",
@@ -114,6 +151,22 @@ int run(const Flags& f, const CLI::App& app) {
     tape.set_seed(st.rng_seed);
     tape.set_rng_offset(st.rng_offset);
   }
+  // budget:SIZE and auto: plan now, for these shapes (the profile times one block for real).
+  const nn::ProfileOptions profile{f.profile, 3};
+  auto plan_for = [&](std::int64_t budget) {
+    try {
+      return nn::plan_checkpoint<Cpu>(c, f.batch, f.seq, budget, so, profile);
+    } catch (const OutOfMemory&) {  // no room to time a block: plan from FLOP counts
+      return nn::plan_checkpoint<Cpu>(c, f.batch, f.seq, budget, so, {false, 1});
+    }
+  };
+  if (c.checkpoint.planned()) {
+    const auto cp = plan_for(nn::budget_of<Cpu>(c.checkpoint));
+    c.checkpoint = model.config.checkpoint = cp.strategy;
+    if (!f.json)
+      std::printf("checkpoint %s: %s (%.2f s to plan)\n%s", c.checkpoint.str().c_str(),
+                  cp.summary().c_str(), cp.plan_s, cp.table().c_str());
+  }
   const bool tty = !f.json && ::isatty(STDOUT_FILENO);
   if (!f.json)
     std::printf("GPT %lld layers, d %lld, %lld heads, vocab %lld, seq %d, batch %d: %lld parameters; "
@@ -129,32 +182,51 @@ int run(const Flags& f, const CLI::App& app) {
     reset_peak_memory<Cpu>();
     const auto t0 = std::chrono::steady_clock::now();
     batches.next(x, y);
-    auto loss = model.loss(tape.tokens({f.batch, f.seq}, x), tape.tokens({f.batch, f.seq}, y));
-    tape.backward(loss);
-    if (f.grad_clip > 0) optim::clip_grad_norm(params, f.grad_clip);
-    if (use_adamw) {
-      adamw.step();
-      adamw.zero_grad();
-    } else {
-      sgd.step();
-      sgd.zero_grad();
+    // NOTE [re-plan on out of memory]: a step that runs out of memory is dropped whole (its
+    // graph, its gradients; the optimizer state and weights are untouched, since the optimizers
+    // allocate before they update) and run again on the same batch from the same RNG counter,
+    // under a plan for the memory limit: its loss is the loss that plan gives from the start.
+    const std::uint64_t rng0 = tape.rng_offset();
+    std::string replanned;
+    float l = 0;
+    for (int attempt = 0;; ++attempt) {
+      try {
+        const auto idx = tape.tokens({f.batch, f.seq}, x), tgt = tape.tokens({f.batch, f.seq}, y);
+        const auto loss = use_adamw ? gpt_train_step(model, adamw, idx, tgt, f.grad_clip)
+                                    : gpt_train_step(model, sgd, idx, tgt, f.grad_clip);
+        l = loss.item();
+        break;
+      } catch (const OutOfMemory& e) {
+        tape.clear();
+        optim::zero_grad(params);
+        tape.set_rng_offset(rng0);
+        const std::int64_t limit = memory_limit<Cpu>();
+        if (limit <= 0 || attempt >= 3) throw;
+        const auto cp = plan_for(limit);  // an Error names the smallest feasible budget
+        c.checkpoint = model.config.checkpoint = cp.strategy;
+        replanned = cp.summary();
+        if (!f.json)
+          std::printf("%sstep %d ran out of memory (%s); re-planned for the limit %s: %s\n%s",
+                      tty ? "\n" : "", step + 1, e.what(), format_bytes(limit).c_str(),
+                      replanned.c_str(), cp.table().c_str());
+      }
     }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total += dt;
-    const float l = loss.item();
     const auto mem = memory_stats<Cpu>();
     const double tps = f.batch * f.seq / dt;
     if (f.json) {
       std::printf("{\"step\":%d,\"loss\":%.9g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"peak_bytes\":%lld,"
-                  "\"peak_saved_bytes\":%lld}\n",
+                  "\"peak_saved_bytes\":%lld%s}\n",
                   step + 1, l, dt, tps, static_cast<long long>(mem.peak_total),
-                  static_cast<long long>(mem.peak_of(Category::activations)));
+                  static_cast<long long>(mem.peak_of(Category::activations)),
+                  replanned.empty() ? "" : (",\"replanned\":\"" + c.checkpoint.str() + ": " + replanned + "\"").c_str());
       std::fflush(stdout);
     } else if (tty || step + 1 == f.steps || (step + 1) % 10 == 0) {
       const double eta = total / (step + 1 - start) * (f.steps - step - 1);
-      std::printf("%sstep %d/%d | loss %.4f | %.0f tok/s | peak %.1f MiB | ETA %s%s", tty ? "\r" : "",
+      std::printf("%sstep %d/%d | loss %.4f | %.0f tok/s | peak %.1f MiB | ETA %s%s%s", tty ? "\r" : "",
                   step + 1, f.steps, l, tps, mem.peak_total / 1048576.0, fmt_duration(eta).c_str(),
-                  tty ? "   " : "\n");
+                  replanned.empty() ? "" : " | re-planned", tty ? "   " : "\n");
       std::fflush(stdout);
     }
     if (f.snapshot_every > 0 && (step + 1) % f.snapshot_every == 0) {
@@ -228,7 +300,17 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", f.momentum, "SGD momentum");
   app.add_option("--weight-decay", f.weight_decay, "weight decay (decoupled for AdamW)");
   app.add_option("--dropout", f.dropout, "dropout probability");
-  app.add_option("--checkpoint", f.checkpoint, "none, block, every:N, sqrt or selective");
+  app.add_option("--checkpoint", f.checkpoint,
+                 "none, block, every:N, sqrt, selective, budget:SIZE (e.g. budget:300MiB: the "
+                 "fastest plan whose whole step fits) or auto (the memory free now, less 10%)");
+  app.add_option("--memory-limit", f.memory_limit,
+                 "cap the CPU memory (e.g. 2GiB): past it an allocation is out of memory, and the "
+                 "step is re-planned for the limit and run again");
+  app.add_flag("--estimate", f.estimate,
+               "print the predicted peak of a step under every fixed strategy (and the plan of a "
+               "budget) without training");
+  app.add_flag("!--no-profile", f.profile,
+               "plan budgets from FLOP counts instead of timing a block first");
   app.add_option("--data", f.data, "a text file (bytes) or an llm.c .bin file; none: built-in text");
   app.add_option("--init-from", f.init_from, "GPT-2 weights (Hugging Face safetensors layout)");
   app.add_option("--save", f.save, "write the weights here (safetensors, GPT-2 layout)");

@@ -171,6 +171,10 @@ struct CheckpointBody final : NodeBody<B> {
       EnableGrad grad_on;
       FrameGuard<B> guard(tape, &frame);
       out = std::apply(fn, in);
+    } catch (const OutOfMemory& e) {  // stays OutOfMemory, so a caller can re-plan
+      tape.set_rng_offset(rng_after);
+      throw OutOfMemory(detail::cat("remat::checkpoint: ", label(),
+                                    " ran out of memory while replaying in backward: ", e.what()));
     } catch (const std::exception& e) {
       tape.set_rng_offset(rng_after);
       throw Error(detail::cat("remat::checkpoint: ", label(),

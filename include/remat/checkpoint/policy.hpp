@@ -29,6 +29,16 @@ inline Policy save_linear() {
   return p;
 }
 
+/// Keep every output that an op can rebuild its backward from (linear, matmul, pointwise, shape
+/// ops); recompute only what cannot be kept: layer norms and the attention core. The cheapest
+/// replay that still drops attention's (B, H, T, T) probabilities.
+inline Policy save_all_but_attention() {
+  Policy p;
+  p.name = "save_all_but_attention";
+  p.keep_op = [](const OpInfo&) { return true; };  // only keepable ops are ever asked
+  return p;
+}
+
 /// JAX's checkpoint_dots: keep every matrix product's output (linear and matmul).
 inline Policy save_matmuls() {
   Policy p;

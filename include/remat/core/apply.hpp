@@ -141,8 +141,9 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
     }
   }
   if (!from_cache) out = forward(saved);
-  bool hashing = false;
-  for (auto* f : frames) hashing = hashing || f->hash_values;
+  bool hashing = false;  // a shape-only backend has no values to compare
+  if constexpr (!is_meta_backend_v<B>)
+    for (auto* f : frames) hashing = hashing || f->hash_values;
   const std::uint64_t hash = hashing ? detail::hash_bytes(out.storage()->data(), out.bytes()) : 0;
   for (auto* f : frames) f->note(Op::name, out, hash, keepable);
   const bool needs = any_needs_grad<B>(in);

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
+
+#include "remat/core/error.hpp"
 
 namespace remat {
 
@@ -34,6 +37,7 @@ struct MemoryStats {
   std::array<std::int64_t, kNumCategories> live{};
   std::array<std::int64_t, kNumCategories> peak{};
   std::array<std::int64_t, kNumCategories> allocs{};  // allocations made in this category
+  std::array<std::int64_t, kNumCategories> at_peak{};  // live bytes per category when the total peaked
   std::int64_t live_total = 0;
   std::int64_t peak_total = 0;
   std::int64_t alloc_count = 0;  // all allocations since start
@@ -41,6 +45,8 @@ struct MemoryStats {
 
   std::int64_t live_of(Category c) const { return live[static_cast<std::size_t>(c)]; }
   std::int64_t peak_of(Category c) const { return peak[static_cast<std::size_t>(c)]; }
+  /// Bytes of category c that were live at the moment peak_total was reached.
+  std::int64_t at_peak_of(Category c) const { return at_peak[static_cast<std::size_t>(c)]; }
 
   /// {"live_bytes":..,"peak_bytes":..,"parameters":{"live":..,"peak":..},...}
   std::string json() const {
@@ -51,23 +57,24 @@ struct MemoryStats {
     for (int c = 0; c < kNumCategories; ++c) {
       const auto i = static_cast<std::size_t>(c);
       s += ",\"" + std::string(category_name(static_cast<Category>(c))) + "\":{\"live\":" +
-           std::to_string(live[i]) + ",\"peak\":" + std::to_string(peak[i]) + "}";
+           std::to_string(live[i]) + ",\"peak\":" + std::to_string(peak[i]) +
+           ",\"at_peak\":" + std::to_string(at_peak[i]) + "}";
     }
     return s + "}";
   }
   /// A small human-readable table in MiB.
   std::string table() const {
-    std::string s = "category              live MiB    peak MiB\n";
+    std::string s = "category              live MiB    peak MiB  at peak MiB\n";
     char line[128];
     for (int c = 0; c < kNumCategories; ++c) {
       const auto i = static_cast<std::size_t>(c);
-      std::snprintf(line, sizeof line, "%-18s %11.2f %11.2f\n",
+      std::snprintf(line, sizeof line, "%-18s %11.2f %11.2f %12.2f\n",
                     category_name(static_cast<Category>(c)), live[i] / 1048576.0,
-                    peak[i] / 1048576.0);
+                    peak[i] / 1048576.0, at_peak[i] / 1048576.0);
       s += line;
     }
-    std::snprintf(line, sizeof line, "%-18s %11.2f %11.2f\n", "total", live_total / 1048576.0,
-                  peak_total / 1048576.0);
+    std::snprintf(line, sizeof line, "%-18s %11.2f %11.2f %12.2f\n", "total",
+                  live_total / 1048576.0, peak_total / 1048576.0, peak_total / 1048576.0);
     return s + line;
   }
 };
@@ -76,6 +83,20 @@ namespace detail {
 
 class Ledger {
  public:
+  /// Throws OutOfMemory when `bytes` more would take the live total past the limit
+  /// (remat::set_memory_limit); called before a backend allocates.
+  void check_limit(Category c, std::int64_t bytes) const {
+    if (limit_ <= 0 || s_.live_total + bytes <= limit_) return;
+    throw OutOfMemory(detail::cat(
+        "remat: out of memory: allocating ", bytes, " bytes (", category_name(c), ") with ",
+        s_.live_total, " bytes live would exceed the memory limit of ", limit_, " bytes (",
+        static_cast<double>(limit_) / 1048576.0,
+        " MiB, set by remat::set_memory_limit); hint: checkpoint more (a budget:<bytes> "
+        "strategy plans for the limit), lower the batch size, or raise the limit"));
+  }
+  void set_limit(std::int64_t bytes) noexcept { limit_ = bytes; }
+  std::int64_t limit() const noexcept { return limit_; }
+
   void on_alloc(Category c, std::int64_t bytes) noexcept {
     const auto i = static_cast<std::size_t>(c);
     s_.live[i] += bytes;
@@ -98,15 +119,20 @@ class Ledger {
   void reset_peak() noexcept {
     s_.peak = s_.live;
     s_.peak_total = s_.live_total;
+    s_.at_peak = s_.live;
   }
   const MemoryStats& stats() const noexcept { return s_; }
 
  private:
   void bump(std::size_t i) noexcept {
     s_.peak[i] = std::max(s_.peak[i], s_.live[i]);
-    s_.peak_total = std::max(s_.peak_total, s_.live_total);
+    if (s_.live_total > s_.peak_total) {
+      s_.peak_total = s_.live_total;
+      s_.at_peak = s_.live;
+    }
   }
   MemoryStats s_;
+  std::int64_t limit_ = 0;  // 0: no limit
 };
 
 template <class B>
@@ -121,6 +147,7 @@ template <class B>
 class ScratchBytes {
  public:
   explicit ScratchBytes(std::size_t bytes) : bytes_(static_cast<std::int64_t>(bytes)) {
+    ledger<B>().check_limit(Category::temporaries, bytes_);
     ledger<B>().on_alloc(Category::temporaries, bytes_);
   }
   ~ScratchBytes() { ledger<B>().on_free(Category::temporaries, bytes_); }
@@ -142,6 +169,63 @@ MemoryStats memory_stats() {
 template <class B>
 void reset_peak_memory() {
   detail::ledger<B>().reset_peak();
+}
+/// Reads a byte count as people write it: "1048576", "300MiB", "1.5GiB", "2GB", "512 KiB"
+/// (KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000, B or nothing is bytes).
+/// `what` names the setting in the error.
+inline std::int64_t parse_bytes(const std::string& text, const char* what) {
+  const auto bad = [&](const char* why) {
+    return Error(detail::cat(what, ": '", text, "' is not a byte count (", why,
+                             "; expected e.g. 300MiB, 1.5GiB, 2GB or 1048576)"));
+  };
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw bad("no number");
+  }
+  std::string unit = text.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  static const std::pair<const char*, double> units[] = {
+      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+  for (const auto& u : units)
+    if (unit == u.first) {
+      const double bytes = v * u.second;
+      if (!(bytes >= 1.0 && bytes < 9.2e18)) throw bad("out of range");
+      return static_cast<std::int64_t>(bytes);
+    }
+  throw bad("unknown unit");
+}
+
+/// "241.2 MiB": bytes for people (binary units).
+inline std::string format_bytes(std::int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (u < 4 && (v >= 1024.0 || v <= -1024.0)) {
+    v /= 1024.0;
+    ++u;
+  }
+  char b[32];
+  std::snprintf(b, sizeof b, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return b;
+}
+
+/// Caps the live bytes of backend B (every category, kernels' scratch included): an
+/// allocation that would pass `bytes` throws remat::OutOfMemory, as a full GPU does.
+/// 0 removes the limit.
+template <class B>
+void set_memory_limit(std::int64_t bytes) {
+  REMAT_CHECK(bytes >= 0, "remat::set_memory_limit: limit of ", bytes,
+              " bytes (expected >= 0; 0 removes the limit)");
+  detail::ledger<B>().set_limit(bytes);
+}
+/// The limit set by set_memory_limit<B> (0: none).
+template <class B>
+std::int64_t memory_limit() {
+  return detail::ledger<B>().limit();
 }
 
 }  // namespace remat

@@ -5,15 +5,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "remat/core/memory.hpp"
 
 namespace remat {
 
+/// True for shape-only backends (remat::Meta, backend/meta.hpp): buffers have sizes and go
+/// through the ledger, but hold no values.
+template <class B, class = void>
+struct is_meta_backend : std::false_type {};
+template <class B>
+struct is_meta_backend<B, std::void_t<decltype(B::is_meta)>> : std::bool_constant<B::is_meta> {};
+template <class B>
+inline constexpr bool is_meta_backend_v = is_meta_backend<B>::value;
+
 template <class B>
 class Storage {
  public:
   Storage(std::size_t bytes, Category c) : bytes_(bytes), category_(c) {
+    detail::ledger<B>().check_limit(c, static_cast<std::int64_t>(bytes));
     ptr_ = bytes ? B::allocate(bytes) : nullptr;
     detail::ledger<B>().on_alloc(c, static_cast<std::int64_t>(bytes));
   }

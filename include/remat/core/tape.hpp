@@ -53,6 +53,7 @@ struct Node {
 template <class B>
 class Tape {
  public:
+  using backend = B;
   Tape() = default;
   explicit Tape(std::uint64_t seed) : seed_(seed) {}
   Tape(const Tape&) = delete;
@@ -72,6 +73,13 @@ class Tape {
   Tensor<B> parameter(const Shape& shape, const std::vector<float>& data) {
     auto t = from_host(shape, data.data(), data.size(), DType::f32, Category::parameters,
                        "parameter");
+    t.impl()->requires_grad = true;
+    return t;
+  }
+  /// A trainable tensor whose values are left to the caller (a loader fills it), or that
+  /// has none (a shape-only backend, remat::Meta).
+  Tensor<B> parameter(const Shape& shape) {
+    auto t = detail::make_tensor<B>(this, shape, DType::f32, Category::parameters);
     t.impl()->requires_grad = true;
     return t;
   }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "remat/ops/activation.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/loss.hpp"
+#include "remat/plan/chain.hpp"
 
 namespace remat {
 namespace nn {
@@ -23,12 +25,21 @@ namespace nn {
 ///   block       each block a segment;
 ///   every:N     runs of N blocks as segments;
 ///   sqrt        about sqrt(L) segments of about sqrt(L) blocks (Chen et al. 2016);
-///   selective   each block a segment that keeps its linear layers' outputs (Megatron).
-/// The last run of blocks is never a segment: its replay would follow its forward at once.
+///   selective   each block a segment that keeps its linear layers' outputs;
+///   budget:SIZE the fastest schedule whose whole training step (parameters, gradients,
+///               optimizer state, activations, scratch) peaks at most at SIZE bytes, e.g.
+///               budget:300MiB, budget:1.5GiB (planned by nn::plan_checkpoint, gpt_plan.hpp);
+///   auto        a budget of the memory free now (MemAvailable, the cgroup limit) less a margin.
+/// The fixed strategies never make the last run of blocks a segment: its replay would follow
+/// its forward at once. Every strategy runs as a plan::Schedule (plan/chain.hpp) through
+/// checkpoint(); budget and auto carry the one their plan chose.
 struct CheckpointStrategy {
-  enum class Kind { none, block, every, sqrt, selective };
+  enum class Kind { none, block, every, sqrt, selective, budget, automatic };
   Kind kind = Kind::none;
   std::int64_t every = 1;
+  std::int64_t budget_bytes = 0;  // budget: as given; auto: what was free when planned
+  std::string spec;               // budget and auto: the text parsed, as str() gives it back
+  std::shared_ptr<const plan::Schedule> schedule;  // budget and auto, once planned
 
   static CheckpointStrategy parse(const std::string& s) {
     CheckpointStrategy c;
@@ -36,7 +47,14 @@ struct CheckpointStrategy {
     if (s == "block") c.kind = Kind::block;
     else if (s == "sqrt") c.kind = Kind::sqrt;
     else if (s == "selective") c.kind = Kind::selective;
-    else if (s.rfind("every:", 0) == 0) {
+    else if (s == "auto") {
+      c.kind = Kind::automatic;
+      c.spec = s;
+    } else if (s.rfind("budget:", 0) == 0) {
+      c.kind = Kind::budget;
+      c.spec = s;
+      c.budget_bytes = parse_bytes(s.substr(7), "remat::CheckpointStrategy: budget");
+    } else if (s.rfind("every:", 0) == 0) {
       c.kind = Kind::every;
       const std::string n = s.substr(6);
       char* end = nullptr;
@@ -46,7 +64,7 @@ struct CheckpointStrategy {
                   "with N >= 1, e.g. every:2)");
     } else {
       REMAT_CHECK(false, "remat::CheckpointStrategy: unknown strategy '", s,
-                  "' (expected none, block, every:N, sqrt or selective)");
+                  "' (expected none, block, every:N, sqrt, selective, budget:SIZE or auto)");
     }
     return c;
   }
@@ -57,10 +75,14 @@ struct CheckpointStrategy {
       case Kind::every: return "every:" + std::to_string(every);
       case Kind::sqrt: return "sqrt";
       case Kind::selective: return "selective";
+      case Kind::budget:
+      case Kind::automatic: return spec;
     }
     return "?";
   }
-  /// Blocks per segment for a model of L blocks (0: no segments).
+  /// True for budget and auto: blocks() needs a plan (nn::plan_checkpoint) before it runs.
+  bool planned() const noexcept { return kind == Kind::budget || kind == Kind::automatic; }
+  /// Blocks per segment of a fixed strategy for a model of L blocks (0: no segments).
   std::int64_t group(std::int64_t L) const {
     switch (kind) {
       case Kind::none: return 0;
@@ -71,10 +93,60 @@ struct CheckpointStrategy {
         const auto segments = std::max<std::int64_t>(1, std::llround(std::sqrt(double(L))));
         return (L + segments - 1) / segments;
       }
+      case Kind::budget:
+      case Kind::automatic: return 0;
     }
     return 0;
   }
 };
+
+/// The options a block can run with when it is kept (a keep step of a plan::Schedule), in the
+/// order of the planner's chain (gpt_plan.hpp): 0 stores everything; 1 and 2 make the block a
+/// segment of its own that keeps what the policy names and replays the rest. (Recomputing the
+/// whole block is a segment step, not an option.)
+inline constexpr int kBlockOptions = 3;
+inline const char* block_option_name(int option) {
+  static const char* names[kBlockOptions] = {"keep_all", "save_all_but_attention", "save_linear"};
+  REMAT_CHECK(option >= 0 && option < kBlockOptions, "remat::nn::block_option_name: option ",
+              option, " (expected 0..", kBlockOptions - 1, ")");
+  return names[option];
+}
+inline Policy block_policy(int option) {
+  switch (option) {
+    case 1: return policy::save_all_but_attention();
+    case 2: return policy::save_linear();
+    default:
+      REMAT_CHECK(false, "remat::nn::block_policy: option ", option, " keeps everything: it "
+                  "runs without a segment (expected 1..", kBlockOptions - 1, ")");
+      return policy::recompute_all();
+  }
+}
+
+/// The schedule of a fixed strategy over the chain of a GPT with L blocks: stage 0 is the
+/// embedding, stages 1..L the blocks, stage L+1 the head (the chain of gpt_plan.hpp).
+inline plan::Schedule fixed_schedule(const CheckpointStrategy& s, std::int64_t L) {
+  REMAT_CHECK(!s.planned(), "remat::nn::fixed_schedule: '", s.str(),
+              "' is planned, not fixed (hint: nn::plan_checkpoint makes its schedule)");
+  const int n = static_cast<int>(L);
+  plan::Schedule out{plan::make_keep(0, 0)};
+  const std::int64_t group = s.group(L);
+  const bool selective = s.kind == CheckpointStrategy::Kind::selective;
+  for (int lo = 0; lo < n;) {
+    const int hi = group <= 0 ? n : std::min(n, lo + static_cast<int>(group));
+    if (hi == n) {  // the last run: no segment
+      for (int i = lo; i < hi; ++i) out.push_back(plan::make_keep(i + 1, 0));
+    } else if (selective) {
+      out.push_back(plan::make_keep(lo + 1, 2));
+    } else {
+      plan::Schedule inner;
+      for (int i = lo; i < hi; ++i) inner.push_back(plan::make_keep(i + 1, 0));
+      out.push_back(plan::make_segment(lo + 1, hi, std::move(inner)));
+    }
+    lo = hi;
+  }
+  out.push_back(plan::make_keep(n + 1, 0));
+  return out;
+}
 
 struct GPTConfig {
   std::int64_t vocab_size = 256;
@@ -157,25 +229,55 @@ class GPT : public Module<B> {
   }
   /// The blocks on the residual stream x (B, T, C), checkpointed per config.checkpoint.
   Tensor<B> blocks(Tensor<B> x, bool training = true) const {
-    const std::int64_t L = static_cast<std::int64_t>(h.size());
-    auto run = [this, training](std::int64_t lo, std::int64_t hi) {
-      return [this, training, lo, hi](const Tensor<B>& in) {
-        Tensor<B> t = in;
-        for (std::int64_t i = lo; i < hi; ++i) t = h[static_cast<std::size_t>(i)](t, training);
-        return t;
-      };
-    };
-    const std::int64_t group = config.checkpoint.group(L);
-    if (group <= 0) return run(0, L)(x);
-    const bool selective = config.checkpoint.kind == CheckpointStrategy::Kind::selective;
-    for (std::int64_t lo = 0; lo < L; lo += group) {
-      const std::int64_t hi = std::min(L, lo + group);
-      if (hi == L) return run(lo, hi)(x);  // the last run: no segment (see CheckpointStrategy)
-      CheckpointOptions o;
-      o.name(hi - lo == 1 ? "h." + std::to_string(lo)
-                          : "h." + std::to_string(lo) + "-" + std::to_string(hi - 1));
-      if (selective) o.policy(policy::save_linear());
-      x = checkpoint(o, run(lo, hi), x);
+    const CheckpointStrategy& cs = config.checkpoint;
+    std::shared_ptr<const plan::Schedule> schedule = cs.schedule;
+    if (cs.planned())
+      REMAT_CHECK(schedule != nullptr, "remat::nn::GPT: checkpoint strategy '", cs.str(),
+                  "' has no plan yet (hint: config.checkpoint = nn::plan_checkpoint<Cpu>(config, "
+                  "batch, seq).strategy, from remat/nn/gpt_plan.hpp)");
+    else
+      schedule = std::make_shared<const plan::Schedule>(
+          fixed_schedule(cs, static_cast<std::int64_t>(h.size())));
+    return run_schedule(schedule, *schedule, std::move(x), training);
+  }
+  /// Runs the block steps of a schedule (stages 1..L; the embedding and head steps are run by
+  /// embed and head): a keep step runs block i with its option, a segment step checkpoints a run
+  /// of blocks whose replay follows the inner schedule. `owner` keeps the schedule alive for
+  /// the replays in backward.
+  Tensor<B> run_schedule(const std::shared_ptr<const plan::Schedule>& owner,
+                         const plan::Schedule& steps, Tensor<B> x, bool training) const {
+    const int L = static_cast<int>(h.size());
+    for (const plan::Step& s : steps) {
+      if (s.last < 1 || s.first > L) {  // the embedding or the head
+        REMAT_CHECK(s.kind == plan::Step::Kind::keep && (s.first == 0 || s.first == L + 1),
+                    "remat::nn::GPT: a schedule step covers stages ", s.first, "..", s.last,
+                    ", outside the blocks 1..", L, " (expected the embedding 0 or the head ",
+                    L + 1, " alone)");
+        continue;
+      }
+      REMAT_CHECK(s.first >= 1 && s.last <= L && s.first <= s.last, "remat::nn::GPT: a schedule "
+                  "step covers stages ", s.first, "..", s.last, " (expected blocks within 1..", L,
+                  ")");
+      if (s.kind == plan::Step::Kind::keep) {
+        const std::size_t i = static_cast<std::size_t>(s.first - 1);
+        if (s.option == 0) {
+          x = h[i](x, training);
+        } else {
+          const Block<B>* blk = &h[i];
+          x = checkpoint(CheckpointOptions{}.name("h." + std::to_string(i)).policy(block_policy(s.option)),
+                         [blk, training](const Tensor<B>& in) { return (*blk)(in, training); }, x);
+        }
+      } else {
+        const plan::Schedule* inner = &s.inner;
+        const std::string name = s.first == s.last ? "h." + std::to_string(s.first - 1)
+                                                   : "h." + std::to_string(s.first - 1) + "-" +
+                                                         std::to_string(s.last - 1);
+        x = checkpoint(CheckpointOptions{}.name(name),
+                       [this, owner, inner, training](const Tensor<B>& in) {
+                         return run_schedule(owner, *inner, in, training);
+                       },
+                       x);
+      }
     }
     return x;
   }

@@ -35,6 +35,10 @@ class AdamW {
   /// One update of every parameter with a gradient. The moments (2 x the parameter bytes,
   /// under `optimizer_state`) are made at the first step, as in PyTorch.
   void step() {
+    // Moments first, updates after: an OutOfMemory leaves every parameter and the step count
+    // as they were, so the step can be retried (e.g. after re-planning checkpointing).
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].grad().defined()) moments(i);
     ++t_;
     const float bc1 = 1.0f - std::pow(opt_.beta1, static_cast<float>(t_));
     const float bc2 = 1.0f - std::pow(opt_.beta2, static_cast<float>(t_));

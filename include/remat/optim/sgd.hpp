@@ -28,14 +28,19 @@ class SGD {
   /// One update of every parameter that has a gradient; momentum buffers are made on first use
   /// (under `optimizer_state`).
   void step() {
+    // Buffers first, updates after: an OutOfMemory leaves every parameter as it was.
+    std::vector<bool> first(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      first[i] = !bufs_[i];
+      if (opt_.momentum != 0.0f && params_[i].grad().defined()) momentum_buffer(i);
+    }
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i];
       auto g = p.grad();
       if (!g.defined()) continue;
-      const bool first = !bufs_[i];
       float* buf = opt_.momentum != 0.0f ? momentum_buffer(i) : nullptr;
       B::sgd_update(p.template data<float>(), g.template data<float>(), buf, p.numel(), opt_.lr,
-                    opt_.momentum, opt_.weight_decay, opt_.nesterov, first);
+                    opt_.momentum, opt_.weight_decay, opt_.nesterov, first[i]);
     }
   }
   void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }

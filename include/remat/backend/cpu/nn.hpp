@@ -46,8 +46,8 @@ struct CpuNn {
   static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy,
                                   const float* x, const float* w, const float* mean,
                                   const float* rstd, std::int64_t rows, std::int64_t C) {
-    const int T = std::max(1, num_chunks(rows, 16));
-    std::vector<float> part(static_cast<std::size_t>(2 * T * C), 0.0f);
+    const int T = layer_norm_chunks(rows);
+    std::vector<float> part(layer_norm_backward_scratch(rows, C) / sizeof(float), 0.0f);
     const detail::ScratchBytes<Cpu> counted(part.size() * sizeof(float));
     parallel_for_chunks(rows, T, [&](int t, std::int64_t rb, std::int64_t re) {
       Arr pw(part.data() + 2 * t * C, C), pb(part.data() + (2 * t + 1) * C, C);
@@ -69,6 +69,11 @@ struct CpuNn {
       if (dw) Arr(dw, C) += CArr(part.data() + 2 * t * C, C);
       if (db) Arr(db, C) += CArr(part.data() + (2 * t + 1) * C, C);
     }
+  }
+
+  /// Bytes of the partial sums layer_norm_backward allocates (one dw and db row per chunk).
+  static std::size_t layer_norm_backward_scratch(std::int64_t rows, std::int64_t C) {
+    return static_cast<std::size_t>(2 * layer_norm_chunks(rows) * C) * sizeof(float);
   }
 
   // y (rows, C) = softmax over the last axis of x
@@ -131,7 +136,7 @@ struct CpuNn {
                                  const float* v, const float* p, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     const int chunks = num_chunks(L.B * L.H, 1);
-    std::vector<float> scratch(static_cast<std::size_t>(chunks * kRows * T));
+    std::vector<float> scratch(attention_backward_scratch(L) / sizeof(float));
     const detail::ScratchBytes<Cpu> counted(scratch.size() * sizeof(float));
     parallel_for_chunks(L.B * L.H, chunks, [&](int c, std::int64_t hb, std::int64_t he) {
       float* ds = scratch.data() + static_cast<std::size_t>(c) * kRows * T;
@@ -159,6 +164,11 @@ struct CpuNn {
         }
       }
     });
+  }
+
+  /// Bytes of the dS rows attention_backward allocates (kRows x T per parallel chunk).
+  static std::size_t attention_backward_scratch(const AttentionLayout& L) {
+    return static_cast<std::size_t>(num_chunks(L.B * L.H, 1) * kRows * L.T) * sizeof(float);
   }
 
   // loss = mean_i (lse_i - logits[i, t_i]) over N rows of V classes; saves lse (N)
@@ -223,6 +233,7 @@ struct CpuNn {
     Y *= 1.0f / Y.sum();
     for (std::int64_t j = valid; j < C; ++j) y[j] = 0.0f;
   }
+  static int layer_norm_chunks(std::int64_t rows) { return std::max(1, num_chunks(rows, 16)); }
   static int num_chunks(std::int64_t n, std::int64_t grain) {
 #if defined(_OPENMP)
     return static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(omp_get_max_threads(), n / grain)));

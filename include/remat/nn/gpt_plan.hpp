@@ -1,0 +1,477 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Fit a GPT training step into a byte budget: the GPT as a planner chain (embedding, blocks,
+// head; per block the options of nn::block_option_name), measured on the shape-only backend
+// (bytes, exact) and, optionally, on the real one (times); the DP's plan certified by the
+// estimator; and the memory that is free now, for the `auto` strategy.
+//
+//   auto cp = nn::plan_checkpoint<Cpu>(config, batch, seq, parse_bytes("300MiB", "budget"));
+//   config.checkpoint = cp.strategy;      // GPT::blocks runs cp.plan.schedule via checkpoint()
+//   std::puts(cp.table().c_str());        // per block: option, segment, bytes kept, time
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "remat/core/grad_mode.hpp"
+#include "remat/nn/gpt.hpp"
+#include "remat/plan/chain.hpp"
+#include "remat/plan/estimate.hpp"
+#include "remat/plan/planner.hpp"
+
+namespace remat {
+namespace nn {
+
+/// How the chain's times are found.
+struct ProfileOptions {
+  bool measure = false;  // time each stage on the real backend (median of `repeats`); else FLOPs
+  int repeats = 3;
+};
+
+namespace detail {
+
+/// What one way of running a stage costs, measured around fwd (see NOTE [chain model]).
+struct StageCost {
+  std::int64_t saved = 0, fwd_extra = 0, bwd_extra = 0, nograd_extra = 0;
+  double fwd_s = 0, bwd_s = 0, nograd_s = 0;
+};
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Runs y = fwd(x) recorded, then its backward (seeded with dy, or from the scalar y when dy is
+// undefined), `repeats` times after a warm-up that makes the parameters' gradients; then once
+// without grad. Bytes from B's ledger, times from the clock. `in_grad` is |delta_in|.
+template <class B, class Fwd>
+StageCost measure_stage(Tape<B>& tape, Fwd&& fwd, const Tensor<B>& x, const Tensor<B>& dy,
+                        std::int64_t in_grad, int repeats) {
+  auto backward = [&](const Tensor<B>& y) {
+    if (dy.defined())
+      tape.backward(y, dy);
+    else
+      tape.backward(y);
+  };
+  {
+    Tensor<B> y = fwd(x);
+    backward(y);
+  }
+  StageCost c;
+  std::vector<double> tf, tb, tn;
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    if (x.requires_grad()) x.clear_grad();
+    B::synchronize();
+    const std::int64_t live0 = memory_stats<B>().live_total;
+    reset_peak_memory<B>();
+    double t0 = now_s();
+    Tensor<B> y = fwd(x);
+    B::synchronize();
+    tf.push_back(now_s() - t0);
+    const std::int64_t live1 = memory_stats<B>().live_total;
+    c.saved = live1 - live0;
+    c.fwd_extra = memory_stats<B>().peak_total - live1;
+    const std::int64_t seed_copy = static_cast<std::int64_t>(y.bytes());  // backward's copy of dy
+    reset_peak_memory<B>();
+    t0 = now_s();
+    backward(y);
+    B::synchronize();
+    tb.push_back(now_s() - t0);
+    c.bwd_extra = std::max<std::int64_t>(0, memory_stats<B>().peak_total - live1 - in_grad - seed_copy);
+  }
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    NoGrad off;
+    const std::int64_t live0 = memory_stats<B>().live_total;
+    reset_peak_memory<B>();
+    const double t0 = now_s();
+    Tensor<B> y = fwd(x);
+    B::synchronize();
+    tn.push_back(now_s() - t0);
+    c.nograd_extra = memory_stats<B>().peak_total - live0 - static_cast<std::int64_t>(y.bytes());
+  }
+  c.fwd_s = median(tf);
+  c.bwd_s = median(tb);
+  c.nograd_s = median(tn);
+  if (x.requires_grad()) x.clear_grad();
+  return c;
+}
+
+/// The costs of the chain's stage kinds: the embedding, a block per option, the head.
+struct GptCosts {
+  StageCost embedding, head;
+  std::vector<StageCost> block;  // one per block option
+};
+
+// Measures every stage kind of config c at batch x seq on backend B (a one-block GPT).
+template <class B>
+GptCosts measure_gpt(const GPTConfig& c, std::int64_t batch, std::int64_t seq, int repeats) {
+  GPTConfig one = c;
+  one.n_layer = 1;
+  one.checkpoint = CheckpointStrategy{};
+  Tape<B> tape(c.seed);
+  GPT<B> model(tape, one);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * seq));
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<std::int32_t>((i * 7919) % static_cast<std::size_t>(c.vocab_size));
+  const Tensor<B> idx = tape.tokens({batch, seq}, ids), tgt = tape.tokens({batch, seq}, ids);
+  const Tensor<B> x = tape.randn({batch, seq, c.n_embd}, 1.0f, c.seed + 3, /*requires_grad=*/true);
+  const Tensor<B> dy = tape.randn({batch, seq, c.n_embd}, 1e-3f, c.seed + 4);
+  const std::int64_t act = static_cast<std::int64_t>(x.bytes());
+  GptCosts g;
+  g.embedding = measure_stage(tape, [&](const Tensor<B>& i) { return model.embed(i); }, idx, dy, 0,
+                              repeats);
+  g.head = measure_stage(tape, [&](const Tensor<B>& h) { return cross_entropy(model.head(h), tgt); },
+                         x, Tensor<B>(), act, repeats);
+  const Block<B>* blk = &model.h[0];
+  for (int k = 0; k < kBlockOptions; ++k) {
+    if (k == 0) {
+      g.block.push_back(measure_stage(tape, [&](const Tensor<B>& h) { return (*blk)(h); }, x, dy,
+                                      act, repeats));
+    } else {
+      const CheckpointOptions o = CheckpointOptions{}.name("h.0").policy(block_policy(k));
+      g.block.push_back(measure_stage(
+          tape, [&](const Tensor<B>& h) { return checkpoint(o, [blk](const Tensor<B>& in) { return (*blk)(in); }, h); },
+          x, dy, act, repeats));
+    }
+  }
+  return g;
+}
+
+// FLOP counts of the stage kinds (multiply-adds x 2), for times when nothing is measured.
+// Block: 24 C^2 per token in the four linear layers, 2 T C per token in causal attention.
+// Options 1 and 2 replay attention and the norms (and 2 also GELU) before their backward.
+inline void flop_times(const GPTConfig& c, std::int64_t batch, std::int64_t seq, GptCosts& g) {
+  const double N = double(batch) * double(seq), C = double(c.n_embd), T = double(seq);
+  const double rate = 50e9;  // a nominal flop/s: only the ratios matter to the plan
+  const double lin = 24.0 * N * C * C, att = 2.0 * N * T * C, pw = 40.0 * N * C;
+  const double block_f = lin + att + pw;
+  for (std::size_t k = 0; k < g.block.size(); ++k) {
+    StageCost& s = g.block[k];
+    s.fwd_s = block_f / rate;
+    s.nograd_s = s.fwd_s;
+    s.bwd_s = 2.0 * block_f / rate;
+    if (k == 1) s.bwd_s += (att + 0.5 * pw) / rate;
+    if (k == 2) s.bwd_s += (att + pw) / rate;
+  }
+  const double head_f = 2.0 * N * C * double(c.vocab_size) + 10.0 * N * double(c.vocab_size);
+  g.head.fwd_s = g.head.nograd_s = head_f / rate;
+  g.head.bwd_s = 2.0 * head_f / rate;
+  g.embedding.fwd_s = g.embedding.nograd_s = 2.0 * N * C / rate;
+  g.embedding.bwd_s = 2.0 * N * C / rate;
+}
+
+inline plan::StageOption to_option(const std::string& name, const StageCost& s) {
+  plan::StageOption o;
+  o.name = name;
+  o.fwd_s = s.fwd_s;
+  o.bwd_s = s.bwd_s;
+  o.saved = s.saved;
+  o.fwd_extra = s.fwd_extra;
+  o.bwd_extra = s.bwd_extra;
+  return o;
+}
+
+}  // namespace detail
+
+/// The GPT step as a planner chain: stage 0 the embedding (never in a segment: its input is
+/// token ids), stages 1..L the blocks with kBlockOptions options each, stage L+1 the head and
+/// loss. Bytes come from the shape-only twin of Target (exact, instant); times from a profile on
+/// Target when po.measure, else from FLOP counts. `base` holds the parameters, their gradients,
+/// the optimizer state and the token ids: live through the whole step.
+template <class Target>
+plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
+                      const StepOptions& so = {}, const ProfileOptions& po = {}) {
+  REMAT_CHECK(batch > 0 && seq > 0 && seq <= c.block_size, "remat::nn::gpt_chain: batch ", batch,
+              ", seq ", seq, " (expected batch > 0 and 0 < seq <= block_size ", c.block_size, ")");
+  detail::GptCosts g;
+  estimate_memory<Target>([&](auto& tape) {  // a one-block GPT of its own: tape stays unused
+    using M = typename std::decay_t<decltype(tape)>::backend;
+    (void)tape;
+    g = detail::measure_gpt<M>(c, batch, seq, 1);
+  });
+  if (po.measure) {
+    const detail::GptCosts t = detail::measure_gpt<Target>(c, batch, seq, po.repeats);
+    auto take = [](detail::StageCost& to, const detail::StageCost& from) {
+      to.fwd_s = from.fwd_s;
+      to.bwd_s = from.bwd_s;
+      to.nograd_s = from.nograd_s;
+    };
+    take(g.embedding, t.embedding);
+    take(g.head, t.head);
+    for (std::size_t k = 0; k < g.block.size(); ++k) take(g.block[k], t.block[k]);
+    // Each option replays more than the one before it, so it cannot be faster: where timing
+    // noise says otherwise (a 1-2% effect on a shared machine), the measured order is not
+    // trusted and the option is put 1% behind its predecessor.
+    for (std::size_t k = 1; k < g.block.size(); ++k) {
+      detail::StageCost& o = g.block[k];
+      const double floor = 1.01 * (g.block[k - 1].fwd_s + g.block[k - 1].bwd_s);
+      if (o.fwd_s + o.bwd_s < floor) o.bwd_s = floor - o.fwd_s;
+    }
+  } else {
+    detail::flop_times(c, batch, seq, g);
+  }
+  const std::int64_t act = batch * seq * c.n_embd * 4;
+  const std::int64_t P = 4 * (c.vocab_size * c.n_embd + c.block_size * c.n_embd + 2 * c.n_embd +
+                              c.n_layer * (12 * c.n_embd * c.n_embd + 13 * c.n_embd));
+  const std::int64_t opt = so.optimizer == "adamw" ? 2 * P : (so.momentum != 0.0f ? P : 0);
+  plan::Chain chain;
+  chain.input = 0;
+  chain.base = 2 * P + opt + 2 * batch * seq * 4 + seq * 4;
+  plan::Stage emb;
+  emb.name = "embedding";
+  emb.out = act;
+  emb.nograd_fwd_s = g.embedding.nograd_s;
+  emb.nograd_extra = g.embedding.nograd_extra;
+  emb.can_checkpoint = false;
+  emb.options.push_back(detail::to_option("keep_all", g.embedding));
+  chain.stages.push_back(emb);
+  for (std::int64_t i = 0; i < c.n_layer; ++i) {
+    plan::Stage b;
+    b.name = "h." + std::to_string(i);
+    b.out = act;
+    b.nograd_fwd_s = g.block[0].nograd_s;
+    b.nograd_extra = g.block[0].nograd_extra;
+    for (int k = 0; k < kBlockOptions; ++k)
+      b.options.push_back(detail::to_option(block_option_name(k), g.block[static_cast<std::size_t>(k)]));
+    chain.stages.push_back(b);
+  }
+  plan::Stage head;
+  head.name = "head";
+  head.out = 4;  // the loss
+  head.nograd_fwd_s = g.head.nograd_s;
+  head.nograd_extra = g.head.nograd_extra;
+  head.options.push_back(detail::to_option("keep_all", g.head));
+  chain.stages.push_back(head);
+  return chain;
+}
+
+/// A budget's plan for a GPT step, certified: `estimate` is the exact ledger of running
+/// `strategy` (the estimator), and its peak is <= `budget`.
+struct CheckpointPlan {
+  CheckpointStrategy strategy;  // for config.checkpoint: the schedule below
+  std::string source;           // "planner", or the fixed strategy that was as fast and fit
+  plan::Plan plan;              // the schedule with the planner's predicted time and peak
+  StepEstimate estimate;        // the ledger of that schedule, to the byte
+  std::int64_t budget = 0;
+  std::int64_t leanest = 0;     // the smallest certified peak found: budgets below it fail
+  double plan_s = 0;            // time spent planning (profile, DP, estimates)
+
+  std::int64_t peak() const noexcept { return estimate.peak(); }
+  /// One line: "3 segments (nested 2 deep); blocks kept with 5 keep_all, 3 save_linear".
+  std::string summary() const {
+    std::vector<int> uses(kBlockOptions, 0);
+    int depth = 0;
+    const int L = static_cast<int>(plan.rows.size()) - 2;
+    auto walk = [&](const auto& self, const plan::Schedule& s, int d) -> void {
+      depth = std::max(depth, d);
+      for (const plan::Step& st : s) {
+        if (st.kind == plan::Step::Kind::segment)
+          self(self, st.inner, d + 1);
+        else if (st.first >= 1 && st.first <= L && d == 0)
+          ++uses[static_cast<std::size_t>(st.option)];
+      }
+    };
+    walk(walk, plan.schedule, 0);
+    std::string s = remat::detail::cat(plan.segments, " segments");
+    if (depth > 1) s += remat::detail::cat(" (nested ", depth, " deep)");
+    std::string kept;
+    for (int k = 0; k < kBlockOptions; ++k)
+      if (uses[static_cast<std::size_t>(k)] > 0)
+        kept += remat::detail::cat(kept.empty() ? "" : ", ", uses[static_cast<std::size_t>(k)], " ",
+                                   block_option_name(k));
+    if (!kept.empty()) s += "; blocks outside segments: " + kept;
+    return s + "; certified peak " + format_bytes(peak());
+  }
+  /// The plan's table, then its certified peak by category.
+  std::string table() const {
+    const MemoryStats& m = estimate.step;
+    std::string s = plan.table();
+    s += remat::detail::cat("schedule from ", source, "; certified peak ", format_bytes(m.peak_total),
+                            " of the budget ", format_bytes(budget), " (parameters ",
+                            format_bytes(m.at_peak_of(Category::parameters)), ", gradients ",
+                            format_bytes(m.at_peak_of(Category::gradients)), ", optimizer state ",
+                            format_bytes(m.at_peak_of(Category::optimizer_state)), ", activations ",
+                            format_bytes(m.at_peak_of(Category::activations)), ", temporaries ",
+                            format_bytes(m.at_peak_of(Category::temporaries)), ")\n");
+    return s;
+  }
+};
+
+/// The fixed strategies the planner's plan is checked against (and which it falls back to where
+/// one is faster in the model and fits too).
+inline std::vector<std::string> fixed_strategies(std::int64_t L) {
+  std::vector<std::string> s = {"none", "selective", "block", "sqrt"};
+  for (std::int64_t n = 2; n < L; n *= 2) s.push_back("every:" + std::to_string(n));
+  return s;
+}
+
+/// The fastest schedule for config c at batch x seq whose whole training step peaks at most at
+/// `budget` bytes on Target, by the estimator's exact count. The DP (plan/planner.hpp) proposes,
+/// the estimator certifies; a proposal over budget is re-planned below it. Throws remat::Error
+/// naming the smallest budget found feasible and where its bytes go when nothing fits.
+template <class Target>
+CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
+                               std::int64_t budget, const StepOptions& so = {},
+                               const ProfileOptions& po = {}) {
+  const double t0 = detail::now_s();
+  const plan::Chain chain = gpt_chain<Target>(c, batch, seq, so, po);
+  // The table spans 0..budget (or 0..keep-all, when larger): its slots are finest where asked.
+  plan::PlannerOptions popt;
+  if (budget > chain.base && budget < plan::simulate(chain, plan::keep_all(chain)).peak)
+    popt.max_budget = budget;
+  const plan::Planner planner(chain, popt);
+  CheckpointStrategy base = c.checkpoint;
+  if (!base.planned()) {
+    base = CheckpointStrategy{};
+    base.kind = CheckpointStrategy::Kind::budget;
+    base.spec = "budget:" + format_bytes(budget);
+  }
+  base.budget_bytes = budget;
+  auto certify = [&](const plan::Schedule& s) {
+    GPTConfig cfg = c;
+    cfg.checkpoint = base;
+    cfg.checkpoint.schedule = std::make_shared<const plan::Schedule>(s);
+    return estimate_gpt_step<Target>(cfg, batch, seq, so);
+  };
+  CheckpointPlan best;
+  bool found = false;
+  StepEstimate leanest;
+  leanest.step.peak_total = std::numeric_limits<std::int64_t>::max();
+  auto offer = [&](const plan::Plan& p, const StepEstimate& e, const std::string& source) {
+    if (e.peak() < leanest.peak()) leanest = e;
+    if (e.peak() > budget) return;
+    if (found && p.time_s >= best.plan.time_s) return;
+    best.plan = p;
+    best.estimate = e;
+    best.source = source;
+    found = true;
+  };
+  // The DP's plan; if the estimator finds it over budget, ask again below by the excess.
+  std::int64_t ask = budget;
+  for (int tries = 0; tries < 24; ++tries) {
+    plan::Plan p;
+    try {
+      p = planner.plan(ask);
+    } catch (const Error&) {
+      break;
+    }
+    const StepEstimate e = certify(p.schedule);
+    offer(p, e, "planner");
+    if (e.peak() <= budget) break;
+    ask -= std::max(e.peak() - budget, planner.unit());
+  }
+  try {  // the DP's leanest plan: where the feasible budgets start
+    const plan::Plan p = planner.plan(planner.min_feasible());
+    offer(p, certify(p.schedule), "planner");
+  } catch (const Error&) {
+  }
+  for (const std::string& name : fixed_strategies(c.n_layer)) {
+    plan::Plan p;
+    p.schedule = fixed_schedule(CheckpointStrategy::parse(name), c.n_layer);
+    const plan::SimResult r = plan::simulate(chain, p.schedule);
+    p.time_s = r.time_s;
+    p.peak = r.peak;
+    p.budget = budget;
+    offer(p, certify(p.schedule), name);
+  }
+  if (!found) {
+    const MemoryStats& m = leanest.step;
+    throw Error(remat::detail::cat(
+        "remat::nn::plan_checkpoint: no schedule fits a training step of GPT (", c.n_layer,
+        " layers, d ", c.n_embd, ", batch ", batch, ", seq ", seq, ") into ", format_bytes(budget),
+        " (", budget, " bytes); the smallest found needs ", format_bytes(m.peak_total), " (",
+        m.peak_total, " bytes): parameters ", format_bytes(m.at_peak_of(Category::parameters)),
+        ", gradients ", format_bytes(m.at_peak_of(Category::gradients)), ", optimizer state ",
+        format_bytes(m.at_peak_of(Category::optimizer_state)), ", activations ",
+        format_bytes(m.at_peak_of(Category::activations)), ", temporaries ",
+        format_bytes(m.at_peak_of(Category::temporaries)),
+        " (hint: raise the budget, lower --batch or --seq, or use SGD without momentum)"));
+  }
+  // The planner's rows describe its own schedule; a fixed one gets rows from a re-simulation.
+  best.budget = budget;
+  best.leanest = leanest.peak();
+  best.strategy = base;
+  best.strategy.schedule = std::make_shared<const plan::Schedule>(best.plan.schedule);
+  if (best.source != "planner") {
+    const plan::Plan rows = planner.describe(best.plan.schedule, budget);
+    best.plan = rows;
+  }
+  best.plan_s = detail::now_s() - t0;
+  return best;
+}
+
+/// Bytes this process can still take: the least of MemAvailable (/proc/meminfo) and the room
+/// left under the cgroup's memory limit (v2 memory.max - memory.current, or v1's files).
+/// 0 where none of these can be read.
+inline std::int64_t available_memory() {
+  std::int64_t avail = 0;
+  {
+    std::ifstream f("/proc/meminfo");
+    std::string key, unit;
+    std::int64_t kb = 0;
+    while (f >> key >> kb >> unit)
+      if (key == "MemAvailable:") avail = kb * 1024;
+  }
+  auto read = [](const char* path) -> std::int64_t {
+    std::ifstream f(path);
+    std::string v;
+    if (!(f >> v) || v == "max") return -1;
+    try {
+      return std::stoll(v);
+    } catch (const std::exception&) {
+      return -1;
+    }
+  };
+  auto room = [&](const char* limit, const char* used) {
+    const std::int64_t l = read(limit), u = read(used);
+    if (l > 0 && u >= 0 && l < (std::int64_t{1} << 60)) {
+      const std::int64_t r = std::max<std::int64_t>(0, l - u);
+      avail = avail > 0 ? std::min(avail, r) : r;
+    }
+  };
+  room("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current");
+  room("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  return avail;
+}
+
+/// The margin `auto` leaves free of the available memory: what the process holds beyond the
+/// ledger (allocator slack, libraries, the tokens on the host) and room for other processes.
+inline constexpr double kAutoMargin = 0.10;
+
+/// The bytes a budget or auto strategy plans for on Target: budget:SIZE as given; auto the
+/// bytes live now plus (1 - kAutoMargin) of available_memory(); never above
+/// memory_limit<Target>() when one is set.
+template <class Target>
+std::int64_t budget_of(const CheckpointStrategy& s) {
+  REMAT_CHECK(s.planned(), "remat::nn::budget_of: '", s.str(), "' is a fixed strategy (expected "
+              "budget:SIZE or auto)");
+  std::int64_t budget = s.budget_bytes;
+  if (s.kind == CheckpointStrategy::Kind::automatic) {
+    const std::int64_t avail = available_memory();
+    REMAT_CHECK(avail > 0, "remat::nn::budget_of: auto found no free-memory figure "
+                "(/proc/meminfo, cgroup) (hint: give budget:SIZE instead)");
+    budget = memory_stats<Target>().live_total +
+             static_cast<std::int64_t>(static_cast<double>(avail) * (1.0 - kAutoMargin));
+  }
+  if (memory_limit<Target>() > 0) budget = std::min(budget, memory_limit<Target>());
+  return budget;
+}
+
+/// Plans a budget or auto strategy in c.checkpoint for batch x seq on Target (budget_of).
+template <class Target>
+CheckpointPlan resolve_checkpoint(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
+                                  const StepOptions& so = {}, const ProfileOptions& po = {}) {
+  return plan_checkpoint<Target>(c, batch, seq, budget_of<Target>(c.checkpoint), so, po);
+}
+
+}  // namespace nn
+}  // namespace remat

@@ -1,0 +1,112 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// The estimator: runs a training program on Meta<Target> (backend/meta.hpp), the shape-only
+// twin of a backend, and returns the ledger it kept. Same modules, ops, tape, checkpoint()
+// replays and optimizer as the real run, so the predicted peak is the real ledger's, to the byte.
+//
+//   auto est = remat::estimate_gpt_step<remat::Cpu>(config, /*batch*/ 4, /*seq*/ 256);
+//   est.step.peak_total;                              // bytes a training step will peak at
+//   est.step.at_peak_of(remat::Category::activations) // ... of which saved activations
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "remat/backend/meta.hpp"
+#include "remat/core/memory.hpp"
+#include "remat/core/tape.hpp"
+#include "remat/nn/gpt.hpp"
+#include "remat/optim/adamw.hpp"
+#include "remat/optim/grad.hpp"
+#include "remat/optim/sgd.hpp"
+
+namespace remat {
+
+/// Runs program(tape) on a fresh Tape<Meta<Target>> and returns the ledger it left: the bytes
+/// live when it ended and the peaks it reached, as Target would have them. `program` is a
+/// generic lambda (`[&](auto& tape) { ... }`) that builds what it needs on `tape` and runs it;
+/// it may call reset_peak_memory<B>() after a warm-up, exactly as on Target. Not reentrant
+/// (one Meta ledger per target backend).
+template <class Target, class Program>
+MemoryStats estimate_memory(Program&& program) {
+  using M = Meta<Target>;
+  REMAT_CHECK(memory_stats<M>().live_total == 0, "remat::estimate_memory: the shape-only ledger "
+              "holds ", memory_stats<M>().live_total, " bytes before the estimate (expected 0: "
+              "another estimate is running, or Meta tensors outlived one)");
+  reset_peak_memory<M>();
+  {
+    Tape<M> tape;
+    program(tape);
+  }
+  return memory_stats<M>();
+}
+
+/// How a training step updates the weights; what the estimate needs to know of the optimizer.
+struct StepOptions {
+  std::string optimizer = "adamw";  // adamw or sgd
+  float momentum = 0.0f;            // sgd: a momentum buffer per parameter when > 0
+};
+
+/// A GPT step's memory, predicted: `first` covers building the model and its first step
+/// (optimizer state is made at the end of it), `step` a later step, with the optimizer state
+/// live throughout: its peak_total is what a training run reaches at every step after the first.
+struct StepEstimate {
+  MemoryStats first;
+  MemoryStats step;
+  double seconds = 0.0;  // time the estimate took
+  std::int64_t peak() const noexcept { return step.peak_total; }
+};
+
+/// One GPT training step on backend B: forward, backward, optional gradient clipping, the
+/// optimizer's update and zero_grad. The trainer, gpt_step and the estimator all run this, so
+/// the estimate describes the very step that is measured. Returns the loss.
+template <class B, class Optimizer>
+Tensor<B> gpt_train_step(const nn::GPT<B>& model, Optimizer& opt, const Tensor<B>& idx,
+                         const Tensor<B>& targets, float grad_clip = 0.0f) {
+  Tensor<B> loss = model.loss(idx, targets);
+  loss.tape().backward(loss);
+  if (grad_clip > 0.0f) optim::clip_grad_norm(opt.params(), grad_clip);
+  opt.step();
+  opt.zero_grad();
+  return loss;
+}
+
+/// Predicts the ledger of GPT training steps on Target for config `c` (its checkpoint strategy
+/// included) at batch x seq tokens.
+template <class Target>
+StepEstimate estimate_gpt_step(const nn::GPTConfig& c, std::int64_t batch, std::int64_t seq,
+                               const StepOptions& so = {}) {
+  REMAT_CHECK(batch > 0 && seq > 0 && seq <= c.block_size, "remat::estimate_gpt_step: batch ",
+              batch, ", seq ", seq, " (expected batch > 0 and 0 < seq <= block_size ",
+              c.block_size, ")");
+  REMAT_CHECK(so.optimizer == "adamw" || so.optimizer == "sgd", "remat::estimate_gpt_step: "
+              "unknown optimizer '", so.optimizer, "' (expected adamw or sgd)");
+  using M = Meta<Target>;
+  StepEstimate est;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto program = [&](Tape<M>& tape) {
+    nn::GPT<M> model(tape, c);
+    const auto params = model.parameters();
+    optim::AdamW<M> adamw(params, {});
+    optim::SGD<M> sgd(params, {1e-3f, so.momentum});
+    const std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * seq), 0);
+    auto one_step = [&] {
+      const auto x = tape.tokens({batch, seq}, ids), y = tape.tokens({batch, seq}, ids);
+      if (so.optimizer == "adamw")
+        gpt_train_step(model, adamw, x, y);
+      else
+        gpt_train_step(model, sgd, x, y);
+    };
+    one_step();
+    est.first = memory_stats<M>();
+    reset_peak_memory<M>();
+    one_step();
+    est.step = memory_stats<M>();
+  };
+  estimate_memory<Target>(program);
+  est.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return est;
+}
+
+}  // namespace remat

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+// Budgets on a real GPT: every plan the planner certifies runs through checkpoint() with the
+// estimated ledger to the byte, inside its budget, with gradients bitwise those of the plain
+// run; nested schedules and block options execute as planned; infeasible budgets say why.
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <remat/nn/gpt_plan.hpp>
+#include <remat/remat.hpp>
+
+#include "support/catch.hpp"
+
+using namespace remat;
+
+namespace {
+
+nn::GPTConfig small_gpt(std::int64_t L, float dropout) {
+  nn::GPTConfig c;
+  c.vocab_size = 64;
+  c.block_size = 16;
+  c.n_layer = L;
+  c.n_embd = 32;
+  c.n_head = 2;
+  c.dropout = dropout;
+  return c;
+}
+
+struct Run {
+  std::int64_t peak = 0;  // ledger peak of the second step, relative to before the model
+  std::vector<float> losses;
+  std::vector<std::vector<float>> grads;  // after the second step's backward
+};
+
+// Two AdamW steps of c (its strategy) on fixed tokens.
+Run run_cpu(const nn::GPTConfig& c, std::int64_t batch, std::int64_t seq) {
+  const std::int64_t live0 = memory_stats<Cpu>().live_total;
+  Run r;
+  Tape<Cpu> tape(c.seed);
+  nn::GPT<Cpu> model(tape, c);
+  optim::AdamW<Cpu> opt(model.parameters(), {});
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * seq));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((5 * i + 1) % 64);
+  for (int step = 0; step < 2; ++step) {
+    reset_peak_memory<Cpu>();
+    const auto x = tape.tokens({batch, seq}, ids), y = tape.tokens({batch, seq}, ids);
+    auto loss = model.loss(x, y);
+    tape.backward(loss);
+    if (step == 1)
+      for (const auto& p : model.parameters()) r.grads.push_back(p.grad().to_vector());
+    opt.step();
+    opt.zero_grad();
+    r.losses.push_back(loss.item());
+  }
+  r.peak = memory_stats<Cpu>().peak_total - live0;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("every certified plan runs inside its budget with the estimated peak and plain gradients",
+          "[plan][gpt]") {
+  const nn::GPTConfig c = small_gpt(6, 0.1f);
+  const std::int64_t batch = 2, seq = 16;
+  const Run plain = run_cpu(c, batch, seq);
+  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, batch, seq, std::int64_t{1} << 40);
+  const std::int64_t lo = any.leanest, hi = plain.peak;
+  REQUIRE(lo < hi);
+  CHECK(any.source == "planner");
+  CHECK(any.peak() == plain.peak);  // an ample budget keeps everything: the plain run
+  double last_time = 1e300;
+  int checked = 0;
+  for (int i = 0; i <= 10; ++i) {
+    const std::int64_t budget = lo + (hi - lo) * i / 10;
+    const nn::CheckpointPlan cp = nn::plan_checkpoint<Cpu>(c, batch, seq, budget);
+    nn::GPTConfig k = c;
+    k.checkpoint = cp.strategy;
+    const Run run = run_cpu(k, batch, seq);
+    INFO("budget " << budget << " (" << i << "/10): " << cp.summary() << "\n" << cp.table());
+    CHECK(cp.peak() <= budget);
+    CHECK(run.peak == cp.peak());  // the estimator's prediction, to the byte
+    CHECK(run.losses == plain.losses);
+    CHECK(run.grads == plain.grads);
+    // no fixed strategy that fits is faster in the planner's model
+    const plan::Chain chain = nn::gpt_chain<Cpu>(c, batch, seq);
+    for (const std::string& name : nn::fixed_strategies(c.n_layer)) {
+      nn::GPTConfig f = c;
+      f.checkpoint = nn::CheckpointStrategy::parse(name);
+      if (estimate_gpt_step<Cpu>(f, batch, seq).peak() > budget) continue;
+      INFO("fixed " << name);
+      CHECK(cp.plan.time_s <= plan::simulate(chain, nn::fixed_schedule(f.checkpoint, c.n_layer)).time_s * (1 + 1e-9));
+    }
+    CHECK(cp.plan.time_s <= last_time * (1 + 1e-9));  // more memory is never slower
+    last_time = cp.plan.time_s;
+    ++checked;
+  }
+  CHECK(checked == 11);
+}
+
+TEST_CASE("nested segments and block options execute as scheduled", "[plan][gpt]") {
+  const nn::GPTConfig c = small_gpt(5, 0.2f);
+  const Run plain = run_cpu(c, 2, 12);
+  // embedding, seg[h.0..h.3]{ h.0 save_linear, seg[h.1..h.2]{ h.1, h.2 save_all_but_attention },
+  // h.3 }, h.4 save_linear, head
+  plan::Schedule inner2{plan::make_keep(2, 0), plan::make_keep(3, 1)};
+  plan::Schedule inner1{plan::make_keep(1, 2), plan::make_segment(2, 3, inner2), plan::make_keep(4, 0)};
+  plan::Schedule s{plan::make_keep(0, 0), plan::make_segment(1, 4, inner1), plan::make_keep(5, 2),
+                   plan::make_keep(6, 0)};
+  nn::GPTConfig k = c;
+  k.checkpoint = nn::CheckpointStrategy::parse("budget:1GiB");
+  k.checkpoint.schedule = std::make_shared<const plan::Schedule>(s);
+  const Run run = run_cpu(k, 2, 12);
+  CHECK(run.losses == plain.losses);
+  CHECK(run.grads == plain.grads);
+  CHECK(run.peak == estimate_gpt_step<Cpu>(k, 2, 12).peak());
+  // each segment of the schedule ran and replayed once (the inner ones inside the outer replay)
+  Tape<Cpu> tape;
+  nn::GPT<Cpu> model(tape, k);
+  const auto x = tape.tokens({1, 6}, {1, 2, 3, 4, 5, 6});
+  tape.backward(model.loss(x, x));
+  std::vector<std::string> replayed;
+  for (const SegmentStats& st : tape.segment_stats())
+    if (st.replays == 1) replayed.push_back(st.name);
+  std::sort(replayed.begin(), replayed.end());
+  CHECK(replayed == std::vector<std::string>{"h.0", "h.0-3", "h.1-2", "h.2", "h.4"});
+  // the schedule is the planner's language: the simulator accepts it
+  CHECK_NOTHROW(plan::simulate(nn::gpt_chain<Cpu>(c, 2, 12), s));
+}
+
+TEST_CASE("a budget strategy must be planned before it runs", "[plan][gpt]") {
+  nn::GPTConfig c = small_gpt(2, 0.0f);
+  c.checkpoint = nn::CheckpointStrategy::parse("budget:300MiB");
+  Tape<Cpu> tape;
+  nn::GPT<Cpu> model(tape, c);
+  const auto x = tape.tokens({1, 4}, {1, 2, 3, 4});
+  CHECK_THROWS_WITH(model.loss(x, x), REMAT_CONTAINS("has no plan yet"));
+}
+
+TEST_CASE("an infeasible budget names the smallest feasible one and where it goes", "[plan][gpt]") {
+  const nn::GPTConfig c = small_gpt(4, 0.0f);
+  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40);
+  CHECK_NOTHROW(nn::plan_checkpoint<Cpu>(c, 2, 16, any.leanest));
+  try {
+    nn::plan_checkpoint<Cpu>(c, 2, 16, any.leanest - 1);
+    FAIL("expected an infeasible budget");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, REMAT_CONTAINS("no schedule fits"));
+    CHECK_THAT(m, REMAT_CONTAINS("(" + std::to_string(any.leanest) + " bytes)"));
+    CHECK_THAT(m, REMAT_CONTAINS("optimizer state"));
+  }
+  CHECK_THROWS_AS(nn::plan_checkpoint<Cpu>(c, 2, 16, 1000), Error);  // below the parameters
+}
+
+TEST_CASE("budget and auto strategies parse; sizes read as people write them", "[plan][gpt]") {
+  CHECK(parse_bytes("300MiB", "t") == 300LL << 20);
+  CHECK(parse_bytes("1.5GiB", "t") == 3LL << 29);
+  CHECK(parse_bytes("2GB", "t") == 2000000000LL);
+  CHECK(parse_bytes("4096", "t") == 4096);
+  CHECK(parse_bytes("64 KiB", "t") == 65536);
+  for (const char* bad : {"", "MiB", "12 parsecs", "-5MiB", "0", "1e30GiB", "nan"})
+    CHECK_THROWS_AS(parse_bytes(bad, "t"), Error);
+  const auto b = nn::CheckpointStrategy::parse("budget:300MiB");
+  CHECK(b.kind == nn::CheckpointStrategy::Kind::budget);
+  CHECK(b.budget_bytes == 300LL << 20);
+  CHECK(b.str() == "budget:300MiB");
+  CHECK(b.planned());
+  CHECK(nn::CheckpointStrategy::parse("auto").kind == nn::CheckpointStrategy::Kind::automatic);
+  CHECK_THROWS_WITH(nn::CheckpointStrategy::parse("budget:lots"), REMAT_CONTAINS("not a byte count"));
+  CHECK_THROWS_AS(nn::fixed_schedule(b, 4), Error);
+  // auto: the memory free now, less the margin, and never above a set limit
+  CHECK(nn::available_memory() > 0);
+  const auto a = nn::CheckpointStrategy::parse("auto");
+  const std::int64_t free_budget = nn::budget_of<Cpu>(a);
+  CHECK(free_budget > memory_stats<Cpu>().live_total);
+  set_memory_limit<Cpu>(123456789);
+  CHECK(nn::budget_of<Cpu>(a) == 123456789);
+  CHECK(nn::budget_of<Cpu>(b) == 123456789);
+  set_memory_limit<Cpu>(0);
+}
+
+TEST_CASE("the fixed strategies are schedules the simulator accepts", "[plan][gpt]") {
+  for (std::int64_t L : {1, 2, 5, 9}) {
+    const plan::Chain chain = nn::gpt_chain<Cpu>(small_gpt(L, 0.0f), 1, 8);
+    for (const std::string& name : nn::fixed_strategies(L)) {
+      INFO("L " << L << " " << name);
+      const plan::Schedule s = nn::fixed_schedule(nn::CheckpointStrategy::parse(name), L);
+      CHECK_NOTHROW(plan::simulate(chain, s));
+    }
+  }
+}
