@@ -64,7 +64,7 @@ TEST_CASE("every certified plan runs inside its budget with the estimated peak a
   const nn::GPTConfig c = small_gpt(6, 0.1f);
   const std::int64_t batch = 2, seq = 16;
   const Run plain = run_cpu(c, batch, seq);
-  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, batch, seq, std::int64_t{1} << 40);
+  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, batch, seq, std::int64_t{1} << 40, {}, {}, true);
   const std::int64_t lo = any.leanest, hi = plain.peak;
   REQUIRE(lo < hi);
   CHECK(any.source == "planner");
@@ -139,7 +139,7 @@ TEST_CASE("a budget strategy must be planned before it runs", "[plan][gpt]") {
 
 TEST_CASE("an infeasible budget names the smallest feasible one and where it goes", "[plan][gpt]") {
   const nn::GPTConfig c = small_gpt(4, 0.0f);
-  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40);
+  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40, {}, {}, true);
   CHECK_NOTHROW(nn::plan_checkpoint<Cpu>(c, 2, 16, any.leanest));
   try {
     nn::plan_checkpoint<Cpu>(c, 2, 16, any.leanest - 1);

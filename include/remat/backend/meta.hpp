@@ -23,7 +23,8 @@ template <class B, class = void>
 struct has_meta_twin : std::false_type {};
 template <class B>
 struct has_meta_twin<B, std::void_t<decltype(B::layer_norm_backward_scratch(0, 0)),
-                                    decltype(B::attention_backward_scratch(AttentionLayout{}))>>
+                                    decltype(B::attention_backward_scratch(AttentionLayout{})),
+                                    decltype(B::cross_entropy_forward_scratch(0))>>
     : std::true_type {};
 template <class B>
 inline constexpr bool has_meta_twin_v = has_meta_twin<B>::value;
@@ -108,8 +109,9 @@ struct Meta {
                                  const float*, float, bool) {
     const detail::ScratchBytes<Meta> counted(Target::attention_backward_scratch(L));
   }
-  static float cross_entropy_forward(float*, const float*, const std::int32_t*, std::int64_t,
+  static float cross_entropy_forward(float*, const float*, const std::int32_t*, std::int64_t N,
                                      std::int64_t) {
+    const detail::ScratchBytes<Meta> counted(Target::cross_entropy_forward_scratch(N));
     return 0.0f;
   }
   static void cross_entropy_backward(float*, const float*, const float*, const std::int32_t*,

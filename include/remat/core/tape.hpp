@@ -94,6 +94,11 @@ class Tape {
   /// A tensor of N(0, std^2) draws from the counter-based generator (reproducible anywhere).
   Tensor<B> randn(const Shape& shape, float std, std::uint64_t seed, bool requires_grad = false,
                   Category c = Category::temporaries) {
+    if constexpr (is_meta_backend_v<B>) {  // a shape-only backend: no values to draw
+      auto t = detail::make_tensor<B>(this, shape, DType::f32, c);
+      t.impl()->requires_grad = requires_grad;
+      return t;
+    }
     std::vector<float> h(static_cast<std::size_t>(shape.numel()));
     for (std::size_t i = 0; i < h.size(); ++i) h[i] = std * rng::normal(seed, 0, i);
     auto t = from_host(shape, h.data(), h.size(), DType::f32, c, "randn");

@@ -262,7 +262,8 @@ struct CheckpointPlan {
   plan::Plan plan;              // the schedule with the planner's predicted time and peak
   StepEstimate estimate;        // the ledger of that schedule, to the byte
   std::int64_t budget = 0;
-  std::int64_t leanest = 0;     // the smallest certified peak found: budgets below it fail
+  std::int64_t leanest = 0;     // the smallest certified peak among the candidates tried: the
+                                // smallest feasible budget when asked with find_leanest
   double plan_s = 0;            // time spent planning (profile, DP, estimates)
 
   std::int64_t peak() const noexcept { return estimate.peak(); }
@@ -318,14 +319,17 @@ inline std::vector<std::string> fixed_strategies(std::int64_t L) {
 /// `budget` bytes on Target, by the estimator's exact count. The DP (plan/planner.hpp) proposes,
 /// the estimator certifies; a proposal over budget is re-planned below it. Throws remat::Error
 /// naming the smallest budget found feasible and where its bytes go when nothing fits.
+/// find_leanest: also certify every fixed strategy and the DP's leanest plan, so that
+/// `leanest` is the smallest feasible budget (budgets below it throw).
 template <class Target>
 CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
                                std::int64_t budget, const StepOptions& so = {},
-                               const ProfileOptions& po = {}) {
+                               const ProfileOptions& po = {}, bool find_leanest = false) {
   const double t0 = detail::now_s();
   const plan::Chain chain = gpt_chain<Target>(c, batch, seq, so, po);
   // The table spans 0..budget (or 0..keep-all, when larger): its slots are finest where asked.
   plan::PlannerOptions popt;
+  popt.slots = 256;  // the estimator certifies: a finer table buys little and costs 2x time
   if (budget > chain.base && budget < plan::simulate(chain, plan::keep_all(chain)).peak)
     popt.max_budget = budget;
   const plan::Planner planner(chain, popt);
@@ -369,10 +373,16 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
     if (e.peak() <= budget) break;
     ask -= std::max(e.peak() - budget, planner.unit());
   }
-  try {  // the DP's leanest plan: where the feasible budgets start
-    const plan::Plan p = planner.plan(planner.min_feasible());
-    offer(p, certify(p.schedule), "planner");
-  } catch (const Error&) {
+  // The fixed strategies, where one could be faster than the plan (or nothing fits yet); with
+  // find_leanest (or when nothing fits) all of them and the DP's leanest plan, so that
+  // `leanest` is the smallest budget known to work.
+  const bool all = find_leanest || !found;
+  if (all) {
+    try {
+      const plan::Plan p = planner.plan(planner.min_feasible());
+      offer(p, certify(p.schedule), "planner");
+    } catch (const Error&) {
+    }
   }
   for (const std::string& name : fixed_strategies(c.n_layer)) {
     plan::Plan p;
@@ -381,7 +391,7 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
     p.time_s = r.time_s;
     p.peak = r.peak;
     p.budget = budget;
-    offer(p, certify(p.schedule), name);
+    if (all || p.time_s < best.plan.time_s) offer(p, certify(p.schedule), name);
   }
   if (!found) {
     const MemoryStats& m = leanest.step;

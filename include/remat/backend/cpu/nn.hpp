@@ -3,6 +3,7 @@
 // CPU backend, part 4: row kernels of neural nets: layer norm, softmax, causal attention,
 // cross-entropy and embedding. Shapes in comments; gradient outputs accumulate (+=).
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -19,6 +20,28 @@
 namespace remat {
 struct Cpu;
 namespace cpu {
+
+/// A kernel's scratch buffer: taken from the CPU allocator (so the process's memory follows
+/// the ledger) and counted in the ledger under temporaries while it lives.
+template <class T>
+class Scratch {
+ public:
+  explicit Scratch(std::size_t n)
+      : bytes_(n * sizeof(T)), counted_(bytes_),
+        p_(static_cast<T*>(bytes_ ? CpuMemory::allocate(bytes_) : nullptr)) {}
+  ~Scratch() {
+    if (p_) CpuMemory::deallocate(p_, bytes_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return bytes_ / sizeof(T); }
+
+ private:
+  std::size_t bytes_;
+  detail::ScratchBytes<Cpu> counted_;
+  T* p_;
+};
 
 struct CpuNn {
   using Arr = Eigen::Map<Eigen::ArrayXf>;
@@ -47,8 +70,8 @@ struct CpuNn {
                                   const float* x, const float* w, const float* mean,
                                   const float* rstd, std::int64_t rows, std::int64_t C) {
     const int T = layer_norm_chunks(rows);
-    std::vector<float> part(layer_norm_backward_scratch(rows, C) / sizeof(float), 0.0f);
-    const detail::ScratchBytes<Cpu> counted(part.size() * sizeof(float));
+    const Scratch<float> part(layer_norm_backward_scratch(rows, C) / sizeof(float));
+    std::fill(part.data(), part.data() + part.size(), 0.0f);
     parallel_for_chunks(rows, T, [&](int t, std::int64_t rb, std::int64_t re) {
       Arr pw(part.data() + 2 * t * C, C), pb(part.data() + (2 * t + 1) * C, C);
       Eigen::ArrayXf xhat(C), g(C);
@@ -136,8 +159,7 @@ struct CpuNn {
                                  const float* v, const float* p, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     const int chunks = num_chunks(L.B * L.H, 1);
-    std::vector<float> scratch(attention_backward_scratch(L) / sizeof(float));
-    const detail::ScratchBytes<Cpu> counted(scratch.size() * sizeof(float));
+    const Scratch<float> scratch(attention_backward_scratch(L) / sizeof(float));
     parallel_for_chunks(L.B * L.H, chunks, [&](int c, std::int64_t hb, std::int64_t he) {
       float* ds = scratch.data() + static_cast<std::size_t>(c) * kRows * T;
       for (std::int64_t bh = hb; bh < he; ++bh) {
@@ -171,20 +193,25 @@ struct CpuNn {
     return static_cast<std::size_t>(num_chunks(L.B * L.H, 1) * kRows * L.T) * sizeof(float);
   }
 
+  /// Bytes of the per-row losses cross_entropy_forward sums (in doubles, serially).
+  static std::size_t cross_entropy_forward_scratch(std::int64_t N) {
+    return static_cast<std::size_t>(N) * sizeof(double);
+  }
+
   // loss = mean_i (lse_i - logits[i, t_i]) over N rows of V classes; saves lse (N)
   static float cross_entropy_forward(float* lse, const float* logits, const std::int32_t* targets,
                                      std::int64_t N, std::int64_t V) {
-    std::vector<double> part(static_cast<std::size_t>(N));
+    const Scratch<double> part(cross_entropy_forward_scratch(N) / sizeof(double));
     parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
         CArr X(logits + r * V, V);
         const float m = X.maxCoeff();
         lse[r] = m + std::log((X - m).exp().sum());
-        part[static_cast<std::size_t>(r)] = static_cast<double>(lse[r]) - logits[r * V + targets[r]];
+        part.data()[r] = static_cast<double>(lse[r]) - logits[r * V + targets[r]];
       }
     });
     double total = 0.0;
-    for (double v : part) total += v;  // serial: deterministic
+    for (std::size_t i = 0; i < part.size(); ++i) total += part.data()[i];  // serial: deterministic
     return static_cast<float>(total / static_cast<double>(N));
   }
   // dlogits[i, j] += scale (exp(logits[i, j] - lse_i) - [j == t_i]),  scale = dloss / N

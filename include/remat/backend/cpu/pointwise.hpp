@@ -4,6 +4,7 @@
 // dropout), reductions over an axis and block copies (slice, concat, permute).
 // Kernel arguments go outputs, inputs, then sizes; gradient outputs accumulate (+=).
 
+#include <algorithm>
 #include <cstdint>
 
 #include <Eigen/Core>
@@ -112,14 +113,21 @@ struct CpuPointwise {
     });
   }
   // dx += dy (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)); as math::gelu_grad.
+  // t goes through a tile on the stack: no heap buffer behind the ledger's back.
   static void gelu_backward(float* dx, const float* x, const float* dy, std::int64_t n) {
+    constexpr std::int64_t kTile = 1024;
     parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
-      ConstArrMap X(x + b, e - b);
-      const Eigen::ArrayXf t = (math::kGeluK * (X + math::kGeluC * X.cube())).tanh();
-      ArrMap(dx + b, e - b) +=
-          ConstArrMap(dy + b, e - b) *
-          (0.5f * (1.0f + t) +
-           0.5f * X * (1.0f - t.square()) * math::kGeluK * (1.0f + 3.0f * math::kGeluC * X.square()));
+      alignas(64) float tile[kTile];
+      for (std::int64_t i = b; i < e; i += kTile) {
+        const std::int64_t len = std::min(kTile, e - i);
+        ConstArrMap X(x + i, len);
+        ArrMap t(tile, len);
+        t = (math::kGeluK * (X + math::kGeluC * X.cube())).tanh();
+        ArrMap(dx + i, len) +=
+            ConstArrMap(dy + i, len) *
+            (0.5f * (1.0f + t) + 0.5f * X * (1.0f - t.square()) * math::kGeluK *
+                                     (1.0f + 3.0f * math::kGeluC * X.square()));
+      }
     });
   }
   static void relu_forward(float* y, const float* x, std::int64_t n) {
