@@ -119,7 +119,8 @@ int gpt_step_main(int argc, char** argv) {
     }
     if (plan_only) {  // what the estimator and the planner say, without stepping
       if constexpr (has_meta_twin_v<B>) {
-        const auto any = nn::plan_checkpoint<B>(c, batch, seq, std::int64_t{1} << 60, so, {false, 1}, true);
+        const auto any = nn::plan_checkpoint<B>(c, batch, seq, std::int64_t{1} << 60, so, {false, 1},
+                                                {true, /*find_leanest=*/true});
         std::printf("{\"impl\":\"remat\",\"min_feasible_bytes\":%lld,\"params\":%lld,"
                     "\"plan_s\":%.6f}\n",
                     static_cast<long long>(any.leanest),

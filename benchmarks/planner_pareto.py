@@ -57,8 +57,10 @@ def main():
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS=str(a.threads))
     fixed = a.fixed.split(",")
     plan0 = run_json([a.bin] + shape + ["--plan-only", "--checkpoint", ",".join(fixed)], env)
-    lo = plan0[0]["min_feasible_bytes"]
-    none = next(r["predicted_peak_bytes"] for r in plan0[1:] if r["checkpoint"] == "none")
+    lo = plan0[0]["min_feasible_bytes"]  # a budget of the process: ledger + headroom
+    none_ledger = next(r["predicted_peak_bytes"] for r in plan0[1:] if r["checkpoint"] == "none")
+    # nn::process_headroom: 1% (at least 1 MiB) of the ledger's peak + 4 MiB outside the allocator
+    none = none_ledger + max(none_ledger // 100, 2**20) + 4 * 2**20
     budgets = [int(lo + (none - lo) * i / max(1, a.budgets - 1)) for i in range(a.budgets)]
     budget_names = ["budget:%d" % b for b in budgets]
     print("budgets from %.1f to %.1f MiB" % (lo / 2**20, none / 2**20), file=sys.stderr)
@@ -73,6 +75,7 @@ def main():
             "checkpoint": name,
             "budget_bytes": int(name[7:]) if name.startswith("budget:") else None,
             "predicted_peak_bytes": r["predicted_peak_bytes"],
+            "predicted_process_bytes": r["predicted_peak_bytes"] + 4 * 2**20,  # kProcessOverhead
             "ledger_peak_bytes": r["peak_bytes"],
             "rss_growth_bytes": r["rss_peak_bytes"] - r["rss_before_bytes"],
             "plan_segments": r["plan_segments"],
@@ -113,7 +116,7 @@ def main():
     with open(base + ".json", "w") as f:
         json.dump({"meta": meta, "rows": allrows}, f, indent=1)
     keys = ["series", "checkpoint", "budget_bytes", "predicted_peak_bytes", "ledger_peak_bytes",
-            "rss_growth_bytes", "step_s", "plan_segments"]
+            "predicted_process_bytes", "rss_growth_bytes", "step_s", "plan_segments"]
     with open(base + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         w.writeheader()
@@ -130,14 +133,26 @@ def main():
                 "estimator (shape-only dry run). Time: remat's points take turns step by step in one "
                 "process (median of %d steps after %d warm-up); PyTorch %s one process per point.\n\n" % (
                     a.steps, a.warmup, "1.13 (Debian), "))
-        f.write("| series | checkpoint | budget MiB | predicted MiB | ledger MiB | RSS growth MiB | "
-                "step s | segments |\n|---|---|---|---|---|---|---|---|\n")
+        f.write("| series | checkpoint | budget MiB | ledger: predicted | ledger: measured | "
+                "process: predicted | process: RSS growth | step s | segments |\n"
+                "|---|---|---|---|---|---|---|---|---|\n")
         for r in allrows:
-            f.write("| %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
+            f.write("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
                 r["series"], r["checkpoint"].replace("budget:", "budget "), mib(r.get("budget_bytes")),
                 mib(r.get("predicted_peak_bytes")), mib(r.get("ledger_peak_bytes")),
-                mib(r.get("rss_growth_bytes")), "%.3f" % r["step_s"] if "step_s" in r else "",
-                r.get("plan_segments", "")))
+                mib(r.get("predicted_process_bytes")), mib(r.get("rss_growth_bytes")),
+                "%.3f" % r["step_s"] if "step_s" in r else "", r.get("plan_segments", "")))
+        plan = [r for r in allrows if r.get("budget_bytes")]
+        if plan:
+            worst = max(abs(r["rss_growth_bytes"] / r["predicted_process_bytes"] - 1) for r in plan)
+            over = [r["checkpoint"] for r in plan
+                    if r["rss_growth_bytes"] > r["budget_bytes"] or r["ledger_peak_bytes"] > r["budget_bytes"]]
+            exact = all(r["ledger_peak_bytes"] == r["predicted_peak_bytes"] for r in allrows
+                        if "ledger_peak_bytes" in r)
+            f.write("\nPlanner points: %d; over budget (RSS growth or ledger): %s; ledger = prediction "
+                    "to the byte at every remat point: %s; worst |RSS growth / predicted process - 1|: "
+                    "%.2f%%.\n" % (len(plan), ", ".join(over) or "none", "yes" if exact else "NO",
+                                    100 * worst))
     try:
         import matplotlib
         matplotlib.use("Agg")

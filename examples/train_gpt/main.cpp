@@ -153,15 +153,19 @@ int run(const Flags& f, const CLI::App& app) {
   }
   // budget:SIZE and auto: plan now, for these shapes (the profile times one block for real).
   const nn::ProfileOptions profile{f.profile, 3};
-  auto plan_for = [&](std::int64_t budget) {
+  // A budget bounds the process's memory (the ledger and the headroom around it); a memory limit
+  // counts the ledger alone.
+  auto plan_for = [&](std::int64_t budget, bool bound_process) {
     try {
-      return nn::plan_checkpoint<Cpu>(c, f.batch, f.seq, budget, so, profile);
+      return nn::plan_checkpoint<Cpu>(c, f.batch, f.seq, budget, so, profile, {bound_process});
     } catch (const OutOfMemory&) {  // no room to time a block: plan from FLOP counts
-      return nn::plan_checkpoint<Cpu>(c, f.batch, f.seq, budget, so, {false, 1});
+      return nn::plan_checkpoint<Cpu>(c, f.batch, f.seq, budget, so, {false, 1}, {bound_process});
     }
   };
   if (c.checkpoint.planned()) {
-    const auto cp = plan_for(nn::budget_of<Cpu>(c.checkpoint));
+    const std::int64_t limit = memory_limit<Cpu>();
+    const std::int64_t budget = nn::budget_of<Cpu>(c.checkpoint);
+    const auto cp = plan_for(budget, !(limit > 0 && budget == limit));
     c.checkpoint = model.config.checkpoint = cp.strategy;
     if (!f.json)
       std::printf("checkpoint %s: %s (%.2f s to plan)\n%s", c.checkpoint.str().c_str(),
@@ -202,7 +206,7 @@ int run(const Flags& f, const CLI::App& app) {
         tape.set_rng_offset(rng0);
         const std::int64_t limit = memory_limit<Cpu>();
         if (limit <= 0 || attempt >= 3) throw;
-        const auto cp = plan_for(limit);  // an Error names the smallest feasible budget
+        const auto cp = plan_for(limit, false);  // an Error names the smallest feasible budget
         c.checkpoint = model.config.checkpoint = cp.strategy;
         replanned = cp.summary();
         if (!f.json)

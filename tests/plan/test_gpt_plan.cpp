@@ -16,6 +16,10 @@ using namespace remat;
 
 namespace {
 
+// These models are tiny: their budgets bound the ledger (a process's few MiB of headroom would
+// dwarf them); the headroom has a test of its own.
+const nn::PlanOptions kLedger{false, false}, kLeanest{false, true};
+
 nn::GPTConfig small_gpt(std::int64_t L, float dropout) {
   nn::GPTConfig c;
   c.vocab_size = 64;
@@ -64,7 +68,7 @@ TEST_CASE("every certified plan runs inside its budget with the estimated peak a
   const nn::GPTConfig c = small_gpt(6, 0.1f);
   const std::int64_t batch = 2, seq = 16;
   const Run plain = run_cpu(c, batch, seq);
-  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, batch, seq, std::int64_t{1} << 40, {}, {}, true);
+  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, batch, seq, std::int64_t{1} << 40, {}, {}, kLeanest);
   const std::int64_t lo = any.leanest, hi = plain.peak;
   REQUIRE(lo < hi);
   CHECK(any.source == "planner");
@@ -73,7 +77,7 @@ TEST_CASE("every certified plan runs inside its budget with the estimated peak a
   int checked = 0;
   for (int i = 0; i <= 10; ++i) {
     const std::int64_t budget = lo + (hi - lo) * i / 10;
-    const nn::CheckpointPlan cp = nn::plan_checkpoint<Cpu>(c, batch, seq, budget);
+    const nn::CheckpointPlan cp = nn::plan_checkpoint<Cpu>(c, batch, seq, budget, {}, {}, kLedger);
     nn::GPTConfig k = c;
     k.checkpoint = cp.strategy;
     const Run run = run_cpu(k, batch, seq);
@@ -139,10 +143,10 @@ TEST_CASE("a budget strategy must be planned before it runs", "[plan][gpt]") {
 
 TEST_CASE("an infeasible budget names the smallest feasible one and where it goes", "[plan][gpt]") {
   const nn::GPTConfig c = small_gpt(4, 0.0f);
-  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40, {}, {}, true);
-  CHECK_NOTHROW(nn::plan_checkpoint<Cpu>(c, 2, 16, any.leanest));
+  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40, {}, {}, kLeanest);
+  CHECK_NOTHROW(nn::plan_checkpoint<Cpu>(c, 2, 16, any.leanest, {}, {}, kLedger));
   try {
-    nn::plan_checkpoint<Cpu>(c, 2, 16, any.leanest - 1);
+    nn::plan_checkpoint<Cpu>(c, 2, 16, any.leanest - 1, {}, {}, kLedger);
     FAIL("expected an infeasible budget");
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -150,7 +154,22 @@ TEST_CASE("an infeasible budget names the smallest feasible one and where it goe
     CHECK_THAT(m, REMAT_CONTAINS("(" + std::to_string(any.leanest) + " bytes)"));
     CHECK_THAT(m, REMAT_CONTAINS("optimizer state"));
   }
-  CHECK_THROWS_AS(nn::plan_checkpoint<Cpu>(c, 2, 16, 1000), Error);  // below the parameters
+  CHECK_THROWS_AS(nn::plan_checkpoint<Cpu>(c, 2, 16, 1000, {}, {}, kLedger), Error);  // below the parameters
+}
+
+TEST_CASE("a budget of the process reserves the allocator's slack and the process overhead",
+          "[plan][gpt]") {
+  const nn::GPTConfig c = small_gpt(4, 0.0f);
+  const nn::CheckpointPlan ledger = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40, {}, {}, kLeanest);
+  const nn::CheckpointPlan process = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40, {}, {},
+                                                              {true, true});
+  CHECK(process.leanest == ledger.leanest + nn::process_headroom(ledger.leanest));
+  CHECK(nn::process_headroom(100LL << 20) == (1LL << 20) + nn::kProcessOverhead);
+  CHECK(nn::process_headroom(1000LL << 20) == (10LL << 20) + nn::kProcessOverhead);
+  CHECK_NOTHROW(nn::plan_checkpoint<Cpu>(c, 2, 16, process.leanest));
+  CHECK_THROWS_WITH(nn::plan_checkpoint<Cpu>(c, 2, 16, process.leanest - 1),
+                    REMAT_CONTAINS("the process holds beyond the ledger"));
+  CHECK(process.process_peak() == process.peak() + nn::kProcessOverhead);
 }
 
 TEST_CASE("budget and auto strategies parse; sizes read as people write them", "[plan][gpt]") {

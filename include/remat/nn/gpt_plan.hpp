@@ -254,6 +254,26 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
   return chain;
 }
 
+/// What the process holds beyond the ledger's peak, as a budget reserves it: the CPU allocator
+/// keeps at most 1% (at least 1 MiB) over its peak of live bytes (NOTE [CPU arena allocator]),
+/// and the process grows by a few MiB outside the allocator (OpenBLAS's buffers, the tape's and
+/// the kernels' small host vectors): 3.3-4.2 MiB measured on GPT L8 d256, 1 thread, in
+/// benchmarks/results/2026-11-30-planner.md.
+inline constexpr std::int64_t kProcessOverhead = std::int64_t{4} << 20;
+inline std::int64_t process_headroom(std::int64_t ledger_peak) {
+  return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) + kProcessOverhead;
+}
+
+/// What a budget bounds, and how hard plan_checkpoint looks.
+struct PlanOptions {
+  /// true: the budget bounds the process's memory growth, so a plan's ledger peak plus
+  /// process_headroom() must fit; false: the ledger alone (what set_memory_limit counts).
+  bool bound_process = true;
+  /// Also certify every fixed strategy and the DP's leanest plan, so that
+  /// CheckpointPlan::leanest is the smallest feasible budget.
+  bool find_leanest = false;
+};
+
 /// A budget's plan for a GPT step, certified: `estimate` is the exact ledger of running
 /// `strategy` (the estimator), and its peak is <= `budget`.
 struct CheckpointPlan {
@@ -262,11 +282,14 @@ struct CheckpointPlan {
   plan::Plan plan;              // the schedule with the planner's predicted time and peak
   StepEstimate estimate;        // the ledger of that schedule, to the byte
   std::int64_t budget = 0;
-  std::int64_t leanest = 0;     // the smallest certified peak among the candidates tried: the
-                                // smallest feasible budget when asked with find_leanest
+  std::int64_t leanest = 0;     // the least budget among the candidates tried that would fit:
+                                // the smallest feasible budget with PlanOptions::find_leanest
   double plan_s = 0;            // time spent planning (profile, DP, estimates)
 
   std::int64_t peak() const noexcept { return estimate.peak(); }
+  /// The process's predicted memory growth: the ledger's peak plus what the process holds
+  /// outside the allocator (kProcessOverhead).
+  std::int64_t process_peak() const noexcept { return peak() + kProcessOverhead; }
   /// One line: "3 segments (nested 2 deep); blocks kept with 5 keep_all, 3 save_linear".
   std::string summary() const {
     std::vector<int> uses(kBlockOptions, 0);
@@ -296,8 +319,10 @@ struct CheckpointPlan {
   std::string table() const {
     const MemoryStats& m = estimate.step;
     std::string s = plan.table();
-    s += remat::detail::cat("schedule from ", source, "; certified peak ", format_bytes(m.peak_total),
-                            " of the budget ", format_bytes(budget), " (parameters ",
+    s += remat::detail::cat("schedule from ", source, "; certified ledger peak ",
+                            format_bytes(m.peak_total), ", process about ",
+                            format_bytes(process_peak()), ", budget ", format_bytes(budget),
+                            " (parameters ",
                             format_bytes(m.at_peak_of(Category::parameters)), ", gradients ",
                             format_bytes(m.at_peak_of(Category::gradients)), ", optimizer state ",
                             format_bytes(m.at_peak_of(Category::optimizer_state)), ", activations ",
@@ -319,12 +344,10 @@ inline std::vector<std::string> fixed_strategies(std::int64_t L) {
 /// `budget` bytes on Target, by the estimator's exact count. The DP (plan/planner.hpp) proposes,
 /// the estimator certifies; a proposal over budget is re-planned below it. Throws remat::Error
 /// naming the smallest budget found feasible and where its bytes go when nothing fits.
-/// find_leanest: also certify every fixed strategy and the DP's leanest plan, so that
-/// `leanest` is the smallest feasible budget (budgets below it throw).
 template <class Target>
 CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
                                std::int64_t budget, const StepOptions& so = {},
-                               const ProfileOptions& po = {}, bool find_leanest = false) {
+                               const ProfileOptions& po = {}, const PlanOptions& pl = {}) {
   const double t0 = detail::now_s();
   const plan::Chain chain = gpt_chain<Target>(c, batch, seq, so, po);
   // The table spans 0..budget (or 0..keep-all, when larger): its slots are finest where asked.
@@ -350,9 +373,13 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
   bool found = false;
   StepEstimate leanest;
   leanest.step.peak_total = std::numeric_limits<std::int64_t>::max();
+  // the bytes a plan needs of the budget: its ledger peak, plus the process's headroom
+  auto needs = [&](const StepEstimate& e) {
+    return e.peak() + (pl.bound_process ? process_headroom(e.peak()) : 0);
+  };
   auto offer = [&](const plan::Plan& p, const StepEstimate& e, const std::string& source) {
     if (e.peak() < leanest.peak()) leanest = e;
-    if (e.peak() > budget) return;
+    if (needs(e) > budget) return;
     if (found && p.time_s >= best.plan.time_s) return;
     best.plan = p;
     best.estimate = e;
@@ -370,13 +397,13 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
     }
     const StepEstimate e = certify(p.schedule);
     offer(p, e, "planner");
-    if (e.peak() <= budget) break;
-    ask -= std::max(e.peak() - budget, planner.unit());
+    if (needs(e) <= budget) break;
+    ask -= std::max(needs(e) - budget, planner.unit());
   }
   // The fixed strategies, where one could be faster than the plan (or nothing fits yet); with
   // find_leanest (or when nothing fits) all of them and the DP's leanest plan, so that
   // `leanest` is the smallest budget known to work.
-  const bool all = find_leanest || !found;
+  const bool all = pl.find_leanest || !found;
   if (all) {
     try {
       const plan::Plan p = planner.plan(planner.min_feasible());
@@ -398,8 +425,10 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
     throw Error(remat::detail::cat(
         "remat::nn::plan_checkpoint: no schedule fits a training step of GPT (", c.n_layer,
         " layers, d ", c.n_embd, ", batch ", batch, ", seq ", seq, ") into ", format_bytes(budget),
-        " (", budget, " bytes); the smallest found needs ", format_bytes(m.peak_total), " (",
-        m.peak_total, " bytes): parameters ", format_bytes(m.at_peak_of(Category::parameters)),
+        " (", budget, " bytes); the smallest found needs ", format_bytes(needs(leanest)), " (",
+        needs(leanest), " bytes", pl.bound_process ? remat::detail::cat(", of which ",
+        format_bytes(process_headroom(m.peak_total)), " the process holds beyond the ledger") : "",
+        "): parameters ", format_bytes(m.at_peak_of(Category::parameters)),
         ", gradients ", format_bytes(m.at_peak_of(Category::gradients)), ", optimizer state ",
         format_bytes(m.at_peak_of(Category::optimizer_state)), ", activations ",
         format_bytes(m.at_peak_of(Category::activations)), ", temporaries ",
@@ -408,7 +437,7 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
   }
   // The planner's rows describe its own schedule; a fixed one gets rows from a re-simulation.
   best.budget = budget;
-  best.leanest = leanest.peak();
+  best.leanest = needs(leanest);
   best.strategy = base;
   best.strategy.schedule = std::make_shared<const plan::Schedule>(best.plan.schedule);
   if (best.source != "planner") {
@@ -479,8 +508,9 @@ std::int64_t budget_of(const CheckpointStrategy& s) {
 /// Plans a budget or auto strategy in c.checkpoint for batch x seq on Target (budget_of).
 template <class Target>
 CheckpointPlan resolve_checkpoint(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
-                                  const StepOptions& so = {}, const ProfileOptions& po = {}) {
-  return plan_checkpoint<Target>(c, batch, seq, budget_of<Target>(c.checkpoint), so, po);
+                                  const StepOptions& so = {}, const ProfileOptions& po = {},
+                                  const PlanOptions& pl = {}) {
+  return plan_checkpoint<Target>(c, batch, seq, budget_of<Target>(c.checkpoint), so, po, pl);
 }
 
 }  // namespace nn
