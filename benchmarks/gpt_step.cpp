@@ -12,7 +12,12 @@
 
 template <> void set_threads<Cpu>(int threads) { set_num_threads(threads); }
 template <> std::string backend_json<Cpu>() {
-  return "\"cpu_cache_bytes\":" + std::to_string(Cpu::cached_bytes());
+  // The arena (NOTE [CPU arena allocator]): cached and touched bytes now, the process-wide peak
+  // of touched bytes, and the bytes its cap gave back and faulted in again.
+  return "\"cpu_cache_bytes\":" + std::to_string(Cpu::cached_bytes()) +
+         ",\"reserved_bytes\":" + std::to_string(Cpu::reserved_bytes()) +
+         ",\"reserved_peak_bytes\":" + std::to_string(Cpu::peak_reserved_bytes()) +
+         ",\"cpu_refaulted_bytes\":" + std::to_string(Cpu::refaulted_bytes());
 }
 
 int main(int argc, char** argv) { return gpt_step_main<Cpu>(argc, argv); }
