@@ -59,8 +59,9 @@ def main():
     plan0 = run_json([a.bin] + shape + ["--plan-only", "--checkpoint", ",".join(fixed)], env)
     lo = plan0[0]["min_feasible_bytes"]  # a budget of the process: ledger + headroom
     none_ledger = next(r["predicted_peak_bytes"] for r in plan0[1:] if r["checkpoint"] == "none")
-    # nn::process_headroom: 1% (at least 1 MiB) of the ledger's peak + 4 MiB outside the allocator
-    none = none_ledger + max(none_ledger // 100, 2**20) + 4 * 2**20
+    # nn::process_headroom: 1% (at least 1 MiB) of the ledger's peak + nn::process_overhead
+    overhead = 4 * 2**20 + 1024 * max(a.vocab, 4 * a.d)
+    none = none_ledger + max(none_ledger // 100, 2**20) + overhead
     budgets = [int(lo + (none - lo) * i / max(1, a.budgets - 1)) for i in range(a.budgets)]
     budget_names = ["budget:%d" % b for b in budgets]
     print("budgets from %.1f to %.1f MiB" % (lo / 2**20, none / 2**20), file=sys.stderr)
@@ -75,7 +76,7 @@ def main():
             "checkpoint": name,
             "budget_bytes": int(name[7:]) if name.startswith("budget:") else None,
             "predicted_peak_bytes": r["predicted_peak_bytes"],
-            "predicted_process_bytes": r["predicted_peak_bytes"] + 4 * 2**20,  # kProcessOverhead
+            "predicted_process_bytes": r["predicted_peak_bytes"] + overhead,
             "ledger_peak_bytes": r["peak_bytes"],
             "rss_growth_bytes": r["rss_peak_bytes"] - r["rss_before_bytes"],
             "plan_segments": r["plan_segments"],

@@ -256,18 +256,22 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
 
 /// What the process holds beyond the ledger's peak, as a budget reserves it: the CPU allocator
 /// keeps at most 1% (at least 1 MiB) over its peak of live bytes (NOTE [CPU arena allocator]),
-/// and the process grows by a few MiB outside the allocator (OpenBLAS's buffers, the tape's and
-/// the kernels' small host vectors): 3.3-4.2 MiB measured on GPT L8 d256, 1 thread, in
-/// benchmarks/results/2026-11-30-planner.md.
-inline constexpr std::int64_t kProcessOverhead = std::int64_t{4} << 20;
-inline std::int64_t process_headroom(std::int64_t ledger_peak) {
-  return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) + kProcessOverhead;
+/// and the process grows outside the allocator by about 4 MiB (the tape's and the kernels'
+/// small host vectors, code) plus OpenBLAS's packing buffer, which holds a panel about 1 KiB
+/// per column of the widest GEMM (the lm head's vocabulary, or the MLP's 4d): measured 3.3-6.6
+/// MiB at GPT L8/L24 d256 V256 and 51-57 MiB at GPT-2 124M shapes (V 50257), in
+/// benchmarks/results/2026-11-30-planner.md and 2026-11-30-rss-vs-ledger.md.
+inline std::int64_t process_overhead(const GPTConfig& c) {
+  return (std::int64_t{4} << 20) + 1024 * std::max(c.vocab_size, 4 * c.n_embd);
+}
+inline std::int64_t process_headroom(const GPTConfig& c, std::int64_t ledger_peak) {
+  return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) + process_overhead(c);
 }
 
 /// What a budget bounds, and how hard plan_checkpoint looks.
 struct PlanOptions {
   /// true: the budget bounds the process's memory growth, so a plan's ledger peak plus
-  /// process_headroom() must fit; false: the ledger alone (what set_memory_limit counts).
+  /// process_headroom(config, peak) must fit; false: the ledger alone (what set_memory_limit counts).
   bool bound_process = true;
   /// Also certify every fixed strategy and the DP's leanest plan, so that
   /// CheckpointPlan::leanest is the smallest feasible budget.
@@ -287,9 +291,10 @@ struct CheckpointPlan {
   double plan_s = 0;            // time spent planning (profile, DP, estimates)
 
   std::int64_t peak() const noexcept { return estimate.peak(); }
-  /// The process's predicted memory growth: the ledger's peak plus what the process holds
-  /// outside the allocator (kProcessOverhead).
-  std::int64_t process_peak() const noexcept { return peak() + kProcessOverhead; }
+  std::int64_t overhead = 0;     // process_overhead(config): what the process holds outside
+                                // the allocator
+  /// The process's predicted memory growth: the ledger's peak plus the overhead.
+  std::int64_t process_peak() const noexcept { return peak() + overhead; }
   /// One line: "3 segments (nested 2 deep); blocks kept with 5 keep_all, 3 save_linear".
   std::string summary() const {
     std::vector<int> uses(kBlockOptions, 0);
@@ -375,7 +380,7 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
   leanest.step.peak_total = std::numeric_limits<std::int64_t>::max();
   // the bytes a plan needs of the budget: its ledger peak, plus the process's headroom
   auto needs = [&](const StepEstimate& e) {
-    return e.peak() + (pl.bound_process ? process_headroom(e.peak()) : 0);
+    return e.peak() + (pl.bound_process ? process_headroom(c, e.peak()) : 0);
   };
   auto offer = [&](const plan::Plan& p, const StepEstimate& e, const std::string& source) {
     if (e.peak() < leanest.peak()) leanest = e;
@@ -427,7 +432,7 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
         " layers, d ", c.n_embd, ", batch ", batch, ", seq ", seq, ") into ", format_bytes(budget),
         " (", budget, " bytes); the smallest found needs ", format_bytes(needs(leanest)), " (",
         needs(leanest), " bytes", pl.bound_process ? remat::detail::cat(", of which ",
-        format_bytes(process_headroom(m.peak_total)), " the process holds beyond the ledger") : "",
+        format_bytes(process_headroom(c, m.peak_total)), " the process holds beyond the ledger") : "",
         "): parameters ", format_bytes(m.at_peak_of(Category::parameters)),
         ", gradients ", format_bytes(m.at_peak_of(Category::gradients)), ", optimizer state ",
         format_bytes(m.at_peak_of(Category::optimizer_state)), ", activations ",
@@ -437,6 +442,7 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
   }
   // The planner's rows describe its own schedule; a fixed one gets rows from a re-simulation.
   best.budget = budget;
+  best.overhead = process_overhead(c);
   best.leanest = needs(leanest);
   best.strategy = base;
   best.strategy.schedule = std::make_shared<const plan::Schedule>(best.plan.schedule);
