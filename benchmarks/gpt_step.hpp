@@ -99,14 +99,16 @@ int gpt_step_main(int argc, char** argv) {
       if constexpr (has_meta_twin_v<B>) {
         nn::GPTConfig k = c;
         k.checkpoint = r.strategy;
-        if (r.strategy.planned()) {
+        StepEstimate est;
+        if (r.strategy.planned()) {  // the plan comes certified: its estimate is already made
           const auto cp = nn::resolve_checkpoint<B>(k, batch, seq, so, {!no_profile, 3});
           r.strategy = cp.strategy;
           r.plan_segments = cp.plan.segments;
+          est = cp.estimate;
           if (print_segments) std::fprintf(stderr, "%s: %s", r.name.c_str(), cp.table().c_str());
+        } else {
+          est = estimate_gpt_step<B>(k, batch, seq, so);
         }
-        k.checkpoint = r.strategy;
-        const StepEstimate est = estimate_gpt_step<B>(k, batch, seq, so);
         r.predicted_peak = est.peak();
         r.estimate_s = est.seconds;
       } else {
