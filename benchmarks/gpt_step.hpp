@@ -80,6 +80,8 @@ int gpt_step_main(int argc, char** argv) {
       float loss_first = 0, loss_last = 0;
       bool seen = false;
       std::int64_t predicted_peak = -1;  // the estimator's peak_total (-1: no estimator)
+      std::int64_t predicted_reserved = -1;  // what it predicts the allocator reserves (0: not
+                                             // modelled, the CPU)
       int plan_segments = -1;            // budget and auto: the plan's segments
       double estimate_s = -1;            // time the estimator took (two steps, shapes only)
       MemoryStats mem;  // the peaks of its worst step by category
@@ -110,6 +112,7 @@ int gpt_step_main(int argc, char** argv) {
           est = estimate_gpt_step<B>(k, batch, seq, so);
         }
         r.predicted_peak = est.peak();
+        r.predicted_reserved = est.reserved_peak;
         r.estimate_s = est.seconds;
       } else {
         REMAT_CHECK(!r.strategy.planned(), "gpt_step: ", r.name, " needs the estimator, which "
@@ -130,9 +133,9 @@ int gpt_step_main(int argc, char** argv) {
       }
       for (const Result& r : results)
         std::printf("{\"impl\":\"remat\",\"checkpoint\":\"%s\",\"predicted_peak_bytes\":%lld,"
-                    "\"estimate_s\":%.6f,\"plan_segments\":%d}\n",
-                    r.name.c_str(), static_cast<long long>(r.predicted_peak), r.estimate_s,
-                    r.plan_segments);
+                    "\"predicted_reserved_bytes\":%lld,\"estimate_s\":%.6f,\"plan_segments\":%d}\n",
+                    r.name.c_str(), static_cast<long long>(r.predicted_peak),
+                    static_cast<long long>(r.predicted_reserved), r.estimate_s, r.plan_segments);
       return 0;
     }
     const int n = static_cast<int>(results.size());
@@ -176,14 +179,16 @@ int gpt_step_main(int argc, char** argv) {
           "\"heads\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"checkpoint\":\"%s\","
           "\"optimizer\":\"%s\",\"steps\":%d,\"params\":%lld,\"step_s\":%.6f,\"step_s_min\":%.6f,"
           "\"step_s_max\":%.6f,\"tokens_per_s\":%.1f,\"loss_first\":%.6f,\"loss_last\":%.6f,"
-          "\"peak_bytes\":%lld,\"predicted_peak_bytes\":%lld,\"estimate_s\":%.6f,\"plan_segments\":%d,"
+          "\"peak_bytes\":%lld,\"predicted_peak_bytes\":%lld,\"predicted_reserved_bytes\":%lld,"
+          "\"estimate_s\":%.6f,\"plan_segments\":%d,"
           "\"peak_step_bytes\":%lld,\"peak_saved_bytes\":%lld,"
           "%s,\"rss_before_bytes\":%lld,\"rss_peak_bytes\":%lld,"
           "\"memory\":%s,\"segments\":%s}\n",
           B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab, r.name.c_str(),
           optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
-          static_cast<long long>(r.peak), static_cast<long long>(r.predicted_peak), r.estimate_s,
+          static_cast<long long>(r.peak), static_cast<long long>(r.predicted_peak),
+          static_cast<long long>(r.predicted_reserved), r.estimate_s,
           r.plan_segments, static_cast<long long>(r.peak_step),
           static_cast<long long>(r.peak_saved), backend_json<B>().c_str(),
           static_cast<long long>(rss_before), static_cast<long long>(remat_bench::rss_bytes("VmHWM")),

@@ -60,7 +60,7 @@ def main():
     lo = plan0[0]["min_feasible_bytes"]  # a budget of the process: ledger + headroom
     none_ledger = next(r["predicted_peak_bytes"] for r in plan0[1:] if r["checkpoint"] == "none")
     # nn::process_headroom: 1% (at least 1 MiB) of the ledger's peak + nn::process_overhead
-    overhead = 4 * 2**20 + 1024 * max(a.vocab, 4 * a.d)
+    overhead = 4 * 2**20 + 1024 * min(4096, max(a.vocab, 4 * a.d, a.batch * a.seq))
     none = none_ledger + max(none_ledger // 100, 2**20) + overhead
     budgets = [int(lo + (none - lo) * i / max(1, a.budgets - 1)) for i in range(a.budgets)]
     budget_names = ["budget:%d" % b for b in budgets]

@@ -17,11 +17,14 @@
 #include "remat/backend/cuda/nn.cuh"
 #include "remat/backend/cuda/optim.cuh"
 #include "remat/backend/cuda/pointwise.cuh"
+#include "remat/backend/cuda/sizes.hpp"
+#include "remat/backend/meta.hpp"
 
 namespace remat {
 
 /// The CUDA backend (one device, one stream). Kernels take device pointers.
-struct Cuda : cuda::CudaMemory, cuda::CudaGemm, cuda::CudaPointwise, cuda::CudaNn, cuda::CudaOptim {
+struct Cuda : cuda::CudaMemory, cuda::CudaSizes, cuda::CudaGemm, cuda::CudaPointwise, cuda::CudaNn,
+              cuda::CudaOptim {
   using cuda::CudaMemory::name;
   static std::string describe() {
     int dev = 0;
@@ -35,5 +38,7 @@ struct Cuda : cuda::CudaMemory, cuda::CudaGemm, cuda::CudaPointwise, cuda::CudaN
 };
 
 static_assert(check_backend<Cuda>(), "remat: the CUDA backend misses a backend function");
+static_assert(has_meta_twin_v<Cuda> && Meta<Cuda>::models_reserved,
+              "remat: the estimator cannot mirror the CUDA backend");
 
 }  // namespace remat

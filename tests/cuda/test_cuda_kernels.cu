@@ -3,16 +3,20 @@
 // pointwise kernels (same formulas and dropout masks as the CPU), the caching allocator
 // (no cudaMalloc on reuse, exact ledger), out-of-memory as a catchable error; then every op's
 // forward and backward against the CPU backend (tests/cuda/op_cases.hpp, tolerance stated per
-// op), and a GPT step: against the CPU, and with each checkpoint strategy against none.
+// op), and a GPT step: against the CPU, and with each checkpoint strategy against none. First,
+// on a fresh allocator, the estimator: two GPT steps on the device keep exactly the ledger and
+// reserve exactly the bytes that Meta<Cuda> and the host-only Meta<CudaModel> predict.
 // Without a device it says so and exits 77, which ctest counts as skipped, never as passed.
 
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
+#include <remat/backend/cuda/model.hpp>
 #include <remat/core/memory.hpp>
 #include <remat/core/storage.hpp>
 #include <remat/cuda.hpp>
+#include <remat/plan/estimate.hpp>
 
 #include "cuda/reference.hpp"
 
@@ -132,6 +136,63 @@ void test_pointwise() {
   check(e3 < 1e-5 && e4 < 1e-3, "broadcast mul forward and summed gradient", std::max(e3, e4));
 }
 
+// Runs on a fresh allocator (before anything else): the real steps' ledger and reserved bytes
+// against the estimate, to the byte.
+void test_estimator() {
+  for (const char* strategy : {"none", "block", "selective"}) {
+    nn::GPTConfig c;
+    c.n_layer = 4;
+    c.n_embd = 128;
+    c.n_head = 2;
+    c.vocab_size = 1000;
+    c.block_size = 128;
+    c.dropout = 0.0f;
+    c.checkpoint = nn::CheckpointStrategy::parse(strategy);
+    const std::int64_t B = 2, T = 128;
+    const StepEstimate est = estimate_gpt_step<Cuda>(c, B, T);
+    const StepEstimate model = estimate_gpt_step<CudaModel>(c, B, T);
+    Cuda::empty_cache();
+    Cuda::reset_peak_reserved();
+    const std::int64_t live0 = memory_stats<Cuda>().live_total;
+    reset_peak_memory<Cuda>();
+    std::int64_t peak_first = 0, peak_step = 0, reserved_first = 0, reserved_step = 0;
+    {
+      Tape<Cuda> tape(c.seed);
+      nn::GPT<Cuda> model_(tape, c);
+      optim::AdamW<Cuda> opt(model_.parameters(), {});
+      const std::vector<std::int32_t> ids(static_cast<std::size_t>(B * T), 0);
+      for (int step = 0; step < 2; ++step) {
+        const auto x = tape.tokens({B, T}, ids), y = tape.tokens({B, T}, ids);
+        gpt_train_step(model_, opt, x, y);
+        Cuda::synchronize();
+        const auto r = static_cast<std::int64_t>(Cuda::peak_reserved_bytes());
+        if (step == 0) {
+          peak_first = memory_stats<Cuda>().peak_total - live0;
+          reserved_first = r;
+          reset_peak_memory<Cuda>();
+        } else {
+          peak_step = memory_stats<Cuda>().peak_total - live0;
+          reserved_step = r;
+        }
+      }
+    }
+    std::printf("  estimator %-9s: ledger peak %lld (predicted %lld), reserved %lld (predicted %lld, "
+                "host model %lld)\n", strategy, (long long)peak_step, (long long)est.step.peak_total,
+                (long long)reserved_step, (long long)est.reserved_peak, (long long)model.reserved_peak);
+    check(peak_first == est.first.peak_total, "first step's ledger peak = the estimate",
+          double(peak_first - est.first.peak_total));
+    check(peak_step == est.step.peak_total, "a step's ledger peak = the estimate",
+          double(peak_step - est.step.peak_total));
+    check(reserved_first == est.reserved_first, "reserved through the first step = the estimate",
+          double(reserved_first - est.reserved_first));
+    check(reserved_step == est.reserved_peak, "reserved through two steps = the estimate",
+          double(reserved_step - est.reserved_peak));
+    check(model.reserved_peak == est.reserved_peak && model.step.peak_total == est.step.peak_total,
+          "the host-only CudaModel predicts what Meta<Cuda> does");
+    Cuda::empty_cache();
+  }
+}
+
 void test_allocator() {
   auto& alloc = cuda::CachingAllocator::get();
   const auto live0 = memory_stats<Cuda>().live_total;
@@ -205,6 +266,7 @@ int main() {
   }
   try {
     std::printf("%s\n", Cuda::describe().c_str());
+    test_estimator();
     test_gemm();
     test_pointwise();
     test_allocator();

@@ -163,18 +163,21 @@ TEST_CASE("a budget of the process reserves the allocator's slack and the proces
   const nn::CheckpointPlan ledger = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40, {}, {}, kLeanest);
   const nn::CheckpointPlan process = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40, {}, {},
                                                               {true, true});
-  CHECK(process.leanest == ledger.leanest + nn::process_headroom(c, ledger.leanest));
-  CHECK(nn::process_overhead(c) == (4LL << 20) + 1024 * 128);  // widest GEMM: the MLP's 4d
+  CHECK(process.leanest == ledger.leanest + nn::process_headroom(c, 2 * 16, ledger.leanest));
+  CHECK(nn::process_overhead(c, 32) == (4LL << 20) + 1024 * 128);  // tallest GEMM: the MLP's 4d
+  CHECK(nn::process_overhead(c, 1000) == (4LL << 20) + 1024 * 1000);  // the batch's tokens
   nn::GPTConfig gpt2 = c;
   gpt2.vocab_size = 50257;
   gpt2.n_embd = 768;
-  CHECK(nn::process_overhead(gpt2) == (4LL << 20) + 1024 * 50257);  // the lm head
-  CHECK(nn::process_headroom(c, 100LL << 20) == (1LL << 20) + nn::process_overhead(c));
-  CHECK(nn::process_headroom(c, 1000LL << 20) == (10LL << 20) + nn::process_overhead(c));
+  // the lm head's weight gradient has V rows, but the CPU GEMM runs it in panels
+  CHECK(nn::kGemmPanelRows == cpu::CpuGemm::kPanelRows);
+  CHECK(nn::process_overhead(gpt2, 512) == (4LL << 20) + 1024 * cpu::CpuGemm::kPanelRows);
+  CHECK(nn::process_headroom(c, 32, 100LL << 20) == (1LL << 20) + nn::process_overhead(c, 32));
+  CHECK(nn::process_headroom(c, 32, 1000LL << 20) == (10LL << 20) + nn::process_overhead(c, 32));
   CHECK_NOTHROW(nn::plan_checkpoint<Cpu>(c, 2, 16, process.leanest));
   CHECK_THROWS_WITH(nn::plan_checkpoint<Cpu>(c, 2, 16, process.leanest - 1),
-                    REMAT_CONTAINS("the process holds beyond the ledger"));
-  CHECK(process.process_peak() == process.peak() + nn::process_overhead(c));
+                    REMAT_CONTAINS("held beyond the ledger"));
+  CHECK(process.process_peak() == process.peak() + nn::process_overhead(c, 32));
 }
 
 TEST_CASE("budget and auto strategies parse; sizes read as people write them", "[plan][gpt]") {

@@ -12,13 +12,14 @@
 #include <type_traits>
 
 #include "remat/backend/backend.hpp"
+#include "remat/core/error.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/shape.hpp"
 
 namespace remat {
 
 /// True for backends the estimator can mirror: those that publish their kernels' scratch sizes
-/// (the CPU does; the CUDA backend does not yet).
+/// (the CPU; the CUDA backend and its host-only model, CudaModel in backend/cuda/model.hpp).
 template <class B, class = void>
 struct has_meta_twin : std::false_type {};
 template <class B>
@@ -29,6 +30,26 @@ struct has_meta_twin<B, std::void_t<decltype(B::layer_norm_backward_scratch(0, 0
 template <class B>
 inline constexpr bool has_meta_twin_v = has_meta_twin<B>::value;
 
+namespace detail {
+// Optional parts of a twin: a model of the allocator's reserved bytes (a pool type with
+// allocate/deallocate/reserved_bytes/...; the CUDA backend has one), and scratch formulas of
+// kernels that only some backends give scratch (none means 0 bytes).
+template <class B, class = void>
+struct has_reserved_model : std::false_type {};
+template <class B>
+struct has_reserved_model<B, std::void_t<typename B::ReservedModel>> : std::true_type {};
+template <class B, class = void>
+struct has_binary_scratch : std::false_type {};
+template <class B>
+struct has_binary_scratch<B, std::void_t<decltype(B::binary_backward_scratch(0, 0, false, false))>>
+    : std::true_type {};
+template <class B, class = void>
+struct has_sum_squares_scratch : std::false_type {};
+template <class B>
+struct has_sum_squares_scratch<B, std::void_t<decltype(B::sum_squares_scratch(0))>>
+    : std::true_type {};
+}  // namespace detail
+
 // NOTE [shape-only backend]
 // - allocate() hands out one dummy address: nothing ever reads or writes through it, since
 //   every kernel is empty. Values that reach the host (loss.item(), to_vector) read as zeros,
@@ -37,15 +58,49 @@ inline constexpr bool has_meta_twin_v = has_meta_twin<B>::value;
 //   verify_values() has nothing to hash and is ignored.
 // - Kernel scratch is counted through Target's *_scratch(...) formulas, which Target's kernels
 //   themselves size their buffers with, so the two ledgers cannot drift apart.
+// - Where Target has a ReservedModel (the CUDA caching allocator's pool over a counting
+//   device), every buffer and scratch block goes through it in the same order as on Target,
+//   so reserved_bytes()/peak_reserved_bytes() are what Target's allocator would reserve.
 template <class Target>
 struct Meta {
   static constexpr const char* name = "meta";
   static constexpr bool is_meta = true;
   using target = Target;
 
+  static constexpr bool models_reserved = detail::has_reserved_model<Target>::value;
+
   // ---- memory ---------------------------------------------------------------------------
-  static void* allocate(std::size_t) { return address(); }
-  static void deallocate(void*, std::size_t) noexcept {}
+  static void* allocate(std::size_t bytes) {
+    if constexpr (models_reserved) {
+      void* p = pool().allocate(bytes);
+      REMAT_CHECK(p != nullptr, "remat::Meta::allocate: the counting device refused ", bytes,
+                  " bytes (expected it to have room for everything)");
+      return p;
+    } else {
+      (void)bytes;
+      return address();
+    }
+  }
+  static void deallocate(void* p, std::size_t) noexcept {
+    if constexpr (models_reserved) pool().deallocate(p);
+    else (void)p;
+  }
+  /// What Target's allocator would reserve now and at its peak (0 without a ReservedModel).
+  static std::size_t reserved_bytes() {
+    if constexpr (models_reserved) return pool().reserved_bytes();
+    else return 0;
+  }
+  static std::size_t peak_reserved_bytes() {
+    if constexpr (models_reserved) return pool().peak_reserved_bytes();
+    else return 0;
+  }
+  /// Starts a fresh model of the allocator: cached segments returned, peak reset.
+  static void reset_reserved() {
+    if constexpr (models_reserved) {
+      pool().release_cached();
+      pool().reset_peak_reserved();
+    }
+  }
   static void copy_from_host(void*, const void*, std::size_t) {}
   static void copy_to_host(void* dst, const void*, std::size_t bytes) { std::memset(dst, 0, bytes); }
   static void copy(void*, const void*, std::size_t) {}
@@ -66,8 +121,15 @@ struct Meta {
   static void broadcast_rows(float*, const float*, std::int64_t, std::int64_t) {}
   static void binary_forward(math::BinaryKind, float*, const float*, const float*, std::int64_t,
                              std::int64_t, bool, bool) {}
-  static void binary_backward(math::BinaryKind, float*, float*, const float*, const float*,
-                              const float*, std::int64_t, std::int64_t, bool, bool) {}
+  static void binary_backward(math::BinaryKind, float* da, float* db, const float*, const float*,
+                              const float*, std::int64_t outer, std::int64_t inner, bool a_bc,
+                              bool b_bc) {
+    if constexpr (detail::has_binary_scratch<Target>::value) {
+      const Scratch s(Target::binary_backward_scratch(outer, inner, da && a_bc, db && b_bc));
+    } else {
+      (void)da, (void)db, (void)outer, (void)inner, (void)a_bc, (void)b_bc;
+    }
+  }
   static void affine_forward(float*, const float*, std::int64_t, float, float) {}
   static void affine_backward(float*, const float*, std::int64_t, float) {}
   static void gelu_forward(float*, const float*, std::int64_t) {}
@@ -94,7 +156,7 @@ struct Meta {
   static void layer_norm_backward(float*, float*, float*, const float*, const float*,
                                   const float*, const float*, const float*, std::int64_t rows,
                                   std::int64_t C) {
-    const detail::ScratchBytes<Meta> counted(Target::layer_norm_backward_scratch(rows, C));
+    const Scratch s(Target::layer_norm_backward_scratch(rows, C));
   }
   static void softmax_forward(float*, const float*, std::int64_t, std::int64_t) {}
   static void softmax_backward(float*, const float*, const float*, std::int64_t, std::int64_t) {}
@@ -107,11 +169,11 @@ struct Meta {
   static void attention_backward(const AttentionLayout& L, float*, float*, float*, const float*,
                                  const float*, const float*, const float*, const float*,
                                  const float*, float, bool) {
-    const detail::ScratchBytes<Meta> counted(Target::attention_backward_scratch(L));
+    const Scratch s(Target::attention_backward_scratch(L));
   }
   static float cross_entropy_forward(float*, const float*, const std::int32_t*, std::int64_t N,
                                      std::int64_t) {
-    const detail::ScratchBytes<Meta> counted(Target::cross_entropy_forward_scratch(N));
+    const Scratch s(Target::cross_entropy_forward_scratch(N));
     return 0.0f;
   }
   static void cross_entropy_backward(float*, const float*, const float*, const std::int32_t*,
@@ -129,10 +191,40 @@ struct Meta {
                            float, float, float, float, float) {}
   static void sgd_update(float*, const float*, float*, std::int64_t, float, float, float, bool,
                          bool) {}
-  static double sum_squares(const float*, std::int64_t) { return 0.0; }
+  static double sum_squares(const float*, std::int64_t n) {
+    if constexpr (detail::has_sum_squares_scratch<Target>::value) {
+      const Scratch s(Target::sum_squares_scratch(n));
+    } else {
+      (void)n;
+    }
+    return 0.0;
+  }
   static void scale(float*, std::int64_t, float) {}
 
  private:
+  // A kernel's scratch: counted in the ledger (temporaries) and, with a ReservedModel, taken
+  // from the pool, while it lives; 0 bytes take nothing.
+  class Scratch {
+   public:
+    explicit Scratch(std::size_t bytes) : counted_(bytes), bytes_(bytes) {
+      if (bytes_ > 0) p_ = allocate(bytes_);
+    }
+    ~Scratch() {
+      if (bytes_ > 0) deallocate(p_, bytes_);
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+
+   private:
+    detail::ScratchBytes<Meta> counted_;
+    std::size_t bytes_;
+    void* p_ = nullptr;
+  };
+  static auto& pool() {
+    static_assert(models_reserved, "remat::Meta: Target has no ReservedModel");
+    static typename Target::ReservedModel p;
+    return p;
+  }
   static void* address() {
     alignas(64) static unsigned char byte = 0;
     return &byte;

@@ -180,6 +180,13 @@ inline plan::StageOption to_option(const std::string& name, const StageCost& s) 
   return o;
 }
 
+// Bytes of GPT's fp32 parameters (tied lm head): what gpt_chain counts for the parameters and
+// again for their gradients. The estimator certifies the real figure.
+inline std::int64_t gpt_parameter_bytes(const GPTConfig& c) {
+  return 4 * (c.vocab_size * c.n_embd + c.block_size * c.n_embd + 2 * c.n_embd +
+              c.n_layer * (12 * c.n_embd * c.n_embd + 13 * c.n_embd));
+}
+
 }  // namespace detail
 
 /// The GPT step as a planner chain: stage 0 the embedding (never in a segment: its input is
@@ -198,8 +205,11 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
     (void)tape;
     g = detail::measure_gpt<M>(c, batch, seq, 1);
   });
-  if (po.measure) {
-    const detail::GptCosts t = detail::measure_gpt<Target>(c, batch, seq, po.repeats);
+  // A model of a backend (CudaModel) has no kernels to time: it plans from FLOP counts.
+  constexpr bool can_time = remat::detail::has_gemm<Target>::value;
+  if (po.measure && can_time) {
+    detail::GptCosts t;
+    if constexpr (can_time) t = detail::measure_gpt<Target>(c, batch, seq, po.repeats);
     auto take = [](detail::StageCost& to, const detail::StageCost& from) {
       to.fwd_s = from.fwd_s;
       to.bwd_s = from.bwd_s;
@@ -220,8 +230,7 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
     detail::flop_times(c, batch, seq, g);
   }
   const std::int64_t act = batch * seq * c.n_embd * 4;
-  const std::int64_t P = 4 * (c.vocab_size * c.n_embd + c.block_size * c.n_embd + 2 * c.n_embd +
-                              c.n_layer * (12 * c.n_embd * c.n_embd + 13 * c.n_embd));
+  const std::int64_t P = detail::gpt_parameter_bytes(c);
   const std::int64_t opt = so.optimizer == "adamw" ? 2 * P : (so.momentum != 0.0f ? P : 0);
   plan::Chain chain;
   chain.input = 0;
@@ -257,21 +266,27 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
 /// What the process holds beyond the ledger's peak, as a budget reserves it: the CPU allocator
 /// keeps at most 1% (at least 1 MiB) over its peak of live bytes (NOTE [CPU arena allocator]),
 /// and the process grows outside the allocator by about 4 MiB (the tape's and the kernels'
-/// small host vectors, code) plus OpenBLAS's packing buffer, which holds a panel about 1 KiB
-/// per column of the widest GEMM (the lm head's vocabulary, or the MLP's 4d): measured 3.3-6.6
-/// MiB at GPT L8/L24 d256 V256 and 51-57 MiB at GPT-2 124M shapes (V 50257), in
-/// benchmarks/results/2026-11-30-planner.md and 2026-11-30-rss-vs-ledger.md.
-inline std::int64_t process_overhead(const GPTConfig& c) {
-  return (std::int64_t{4} << 20) + 1024 * std::max(c.vocab_size, 4 * c.n_embd);
+/// small host vectors, code) plus OpenBLAS's packing buffer, about 1 KiB per row of the tallest
+/// GEMM (the weight gradients' V or 4d rows, or the batch's tokens), which the CPU GEMM caps at
+/// kGemmPanelRows rows (NOTE [GEMM row panels] in backend/cpu/gemm.hpp; a test keeps the two
+/// equal). Measured in benchmarks/results/2026-11-30-planner.md and 2026-11-30-rss-vs-ledger.md.
+inline constexpr std::int64_t kGemmPanelRows = 4096;
+inline std::int64_t process_overhead(const GPTConfig& c, std::int64_t tokens) {
+  const std::int64_t rows = std::max({c.vocab_size, 4 * c.n_embd, tokens});
+  return (std::int64_t{4} << 20) + 1024 * std::min(rows, kGemmPanelRows);
 }
-inline std::int64_t process_headroom(const GPTConfig& c, std::int64_t ledger_peak) {
-  return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) + process_overhead(c);
+inline std::int64_t process_headroom(const GPTConfig& c, std::int64_t tokens,
+                                     std::int64_t ledger_peak) {
+  return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) +
+         process_overhead(c, tokens);
 }
 
 /// What a budget bounds, and how hard plan_checkpoint looks.
 struct PlanOptions {
-  /// true: the budget bounds the process's memory growth, so a plan's ledger peak plus
-  /// process_headroom(config, peak) must fit; false: the ledger alone (what set_memory_limit counts).
+  /// true: the budget bounds what the device holds: on the CPU the process's memory growth, so
+  /// a plan's ledger peak plus process_headroom(config, tokens, peak) must fit; on a backend
+  /// whose allocator the estimator models (CUDA), the bytes that allocator reserves.
+  /// false: the ledger alone (what set_memory_limit counts).
   bool bound_process = true;
   /// Also certify every fixed strategy and the DP's leanest plan, so that
   /// CheckpointPlan::leanest is the smallest feasible budget.
@@ -291,8 +306,8 @@ struct CheckpointPlan {
   double plan_s = 0;            // time spent planning (profile, DP, estimates)
 
   std::int64_t peak() const noexcept { return estimate.peak(); }
-  std::int64_t overhead = 0;     // process_overhead(config): what the process holds outside
-                                // the allocator
+  std::int64_t overhead = 0;     // beyond the ledger: process_overhead(config, tokens) on the
+                                // CPU, the caching allocator's reserve over its peak on a GPU
   /// The process's predicted memory growth: the ledger's peak plus the overhead.
   std::int64_t process_peak() const noexcept { return peak() + overhead; }
   /// One line: "3 segments (nested 2 deep); blocks kept with 5 keep_all, 3 save_linear".
@@ -324,7 +339,8 @@ struct CheckpointPlan {
   std::string table() const {
     const MemoryStats& m = estimate.step;
     std::string s = plan.table();
-    s += remat::detail::cat("schedule from ", source, "; certified ledger peak ",
+    s += remat::detail::cat("schedule from ", source, "; the DP's peak above counts every gradient "
+                            "through the whole step, the estimator's below is exact: certified ledger peak ",
                             format_bytes(m.peak_total), ", process about ",
                             format_bytes(process_peak()), ", budget ", format_bytes(budget),
                             " (parameters ",
@@ -355,11 +371,15 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
                                const ProfileOptions& po = {}, const PlanOptions& pl = {}) {
   const double t0 = detail::now_s();
   const plan::Chain chain = gpt_chain<Target>(c, batch, seq, so, po);
-  // The table spans 0..budget (or 0..keep-all, when larger): its slots are finest where asked.
+  // The chain holds every gradient through the whole step, but a block's gradient appears only
+  // at its backward, so a plan for a budget up to the gradients' bytes above ours may still fit:
+  // the table spans 0..budget + gradients (or keep-all, when less), so that the search upward
+  // below can ask there.
+  const std::int64_t grads = detail::gpt_parameter_bytes(c);
   plan::PlannerOptions popt;
   popt.slots = 256;  // the estimator certifies: a finer table buys little and costs 2x time
-  if (budget > chain.base && budget < plan::simulate(chain, plan::keep_all(chain)).peak)
-    popt.max_budget = budget;
+  const std::int64_t keep_all_peak = plan::simulate(chain, plan::keep_all(chain)).peak;
+  if (budget > chain.base && budget + grads < keep_all_peak) popt.max_budget = budget + grads;
   const plan::Planner planner(chain, popt);
   CheckpointStrategy base = c.checkpoint;
   if (!base.planned()) {
@@ -378,9 +398,12 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
   bool found = false;
   StepEstimate leanest;
   leanest.step.peak_total = std::numeric_limits<std::int64_t>::max();
-  // the bytes a plan needs of the budget: its ledger peak, plus the process's headroom
-  auto needs = [&](const StepEstimate& e) {
-    return e.peak() + (pl.bound_process ? process_headroom(c, e.peak()) : 0);
+  // the bytes a plan needs of the budget: its ledger peak, plus the process's headroom (the
+  // CPU), or what the caching allocator reserves (a backend with a ReservedModel: the GPU)
+  auto needs = [&](const StepEstimate& e) -> std::int64_t {
+    if (!pl.bound_process) return e.peak();
+    if (e.reserved_peak > 0) return std::max(e.peak(), e.reserved_peak);
+    return e.peak() + process_headroom(c, batch * seq, e.peak());
   };
   auto offer = [&](const plan::Plan& p, const StepEstimate& e, const std::string& source) {
     if (e.peak() < leanest.peak()) leanest = e;
@@ -404,6 +427,20 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
     offer(p, e, "planner");
     if (needs(e) <= budget) break;
     ask -= std::max(needs(e) - budget, planner.unit());
+  }
+  // Upward: the DP's model over-counts the gradients, so ask more of it while the estimator
+  // still certifies its plan within the budget (bisection between the largest ask known to fit
+  // and one known not to, down to a slot).
+  if (found) {
+    std::int64_t fits = ask, over = std::min(ask + grads, planner.max_budget()) + planner.unit();
+    for (int tries = 0; tries < 12 && over - fits > planner.unit(); ++tries) {
+      const std::int64_t mid = tries == 0 ? over - planner.unit() : fits + (over - fits) / 2;
+      const plan::Plan p = planner.plan(mid);
+      const StepEstimate e = certify(p.schedule);
+      offer(p, e, "planner");
+      (needs(e) <= budget ? fits : over) = mid;
+      if (tries == 0 && needs(e) <= budget) break;  // the top of the table fits: done
+    }
   }
   // The fixed strategies, where one could be faster than the plan (or nothing fits yet); with
   // find_leanest (or when nothing fits) all of them and the DP's leanest plan, so that
@@ -432,7 +469,7 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
         " layers, d ", c.n_embd, ", batch ", batch, ", seq ", seq, ") into ", format_bytes(budget),
         " (", budget, " bytes); the smallest found needs ", format_bytes(needs(leanest)), " (",
         needs(leanest), " bytes", pl.bound_process ? remat::detail::cat(", of which ",
-        format_bytes(process_headroom(c, m.peak_total)), " the process holds beyond the ledger") : "",
+        format_bytes(needs(leanest) - m.peak_total), " held beyond the ledger") : "",
         "): parameters ", format_bytes(m.at_peak_of(Category::parameters)),
         ", gradients ", format_bytes(m.at_peak_of(Category::gradients)), ", optimizer state ",
         format_bytes(m.at_peak_of(Category::optimizer_state)), ", activations ",
@@ -442,7 +479,10 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
   }
   // The planner's rows describe its own schedule; a fixed one gets rows from a re-simulation.
   best.budget = budget;
-  best.overhead = process_overhead(c);
+  best.plan.budget = budget;  // an upward ask is the DP's business; the user's budget is this
+  best.overhead = best.estimate.reserved_peak > 0
+                      ? best.estimate.reserved_peak - best.peak()  // the allocator's, on a GPU
+                      : process_overhead(c, batch * seq);
   best.leanest = needs(leanest);
   best.strategy = base;
   best.strategy.schedule = std::make_shared<const plan::Schedule>(best.plan.schedule);

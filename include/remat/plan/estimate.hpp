@@ -7,6 +7,8 @@
 //   auto est = remat::estimate_gpt_step<remat::Cpu>(config, /*batch*/ 4, /*seq*/ 256);
 //   est.step.peak_total;                              // bytes a training step will peak at
 //   est.step.at_peak_of(remat::Category::activations) // ... of which saved activations
+//   remat::estimate_gpt_step<remat::CudaModel>(...)   // the same on the GPU, with the bytes its
+//                                                     // caching allocator reserves (reserved_peak)
 
 #include <chrono>
 #include <cstdint>
@@ -35,6 +37,7 @@ MemoryStats estimate_memory(Program&& program) {
               "holds ", memory_stats<M>().live_total, " bytes before the estimate (expected 0: "
               "another estimate is running, or Meta tensors outlived one)");
   reset_peak_memory<M>();
+  M::reset_reserved();  // a fresh model of Target's allocator, where it has one
   {
     Tape<M> tape;
     program(tape);
@@ -54,6 +57,12 @@ struct StepOptions {
 struct StepEstimate {
   MemoryStats first;
   MemoryStats step;
+  // Bytes Target's allocator reserves at its peak, from a fresh allocator: through the first
+  // step, and through the second (reserved bytes only grow, and the steps after repeat the
+  // second's allocations). 0 where Target has no ReservedModel (the CPU: its arena keeps at
+  // most 1% over the ledger's peak, NOTE [CPU arena allocator]).
+  std::int64_t reserved_first = 0;
+  std::int64_t reserved_peak = 0;
   double seconds = 0.0;  // time the estimate took
   std::int64_t peak() const noexcept { return step.peak_total; }
 };
@@ -100,9 +109,11 @@ StepEstimate estimate_gpt_step(const nn::GPTConfig& c, std::int64_t batch, std::
     };
     one_step();
     est.first = memory_stats<M>();
+    est.reserved_first = static_cast<std::int64_t>(M::peak_reserved_bytes());
     reset_peak_memory<M>();
     one_step();
     est.step = memory_stats<M>();
+    est.reserved_peak = static_cast<std::int64_t>(M::peak_reserved_bytes());
   };
   estimate_memory<Target>(program);
   est.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

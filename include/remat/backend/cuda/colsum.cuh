@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "remat/backend/cuda/memory.cuh"
+#include "remat/backend/cuda/sizes.hpp"
 #include "remat/ops/math.hpp"
 
 namespace remat {
@@ -36,7 +37,6 @@ struct ColumnTerm {
   }
 };
 
-constexpr int kColumnChunks = 64;
 
 template <int = 0>
 __global__ void column_partial_kernel(float* partial, ColumnTerm t, std::int64_t rows, std::int64_t C) {
@@ -57,12 +57,13 @@ __global__ void column_finish_kernel(float* out, const float* partial, std::int6
   out[c] += s;
 }
 
-/// out (C) += sum over the rows of term (rows, C), deterministically.
-inline void column_sum(float* out, const ColumnTerm& t, std::int64_t rows, std::int64_t C) {
+/// out (C) += sum over the rows of term (rows, C), deterministically. `partial` holds
+/// CudaSizes::column_sum_scratch(C) bytes (the caller's Scratch: one per kernel call, so that
+/// the estimator's model takes the same blocks).
+inline void column_sum(float* out, const ColumnTerm& t, std::int64_t rows, std::int64_t C,
+                       float* partial) {
   if (rows == 0 || C == 0) return;
   const auto stream = Context::get().stream();
-  const Scratch scratch(static_cast<std::size_t>(kColumnChunks * C) * sizeof(float));
-  float* partial = scratch.as<float>();
   const unsigned cols = static_cast<unsigned>((C + 127) / 128);
   column_partial_kernel<><<<dim3(cols, kColumnChunks), 128, 0, stream>>>(partial, t, rows, C);
   column_finish_kernel<><<<cols, 128, 0, stream>>>(out, partial, C);

@@ -18,12 +18,12 @@
 #include <cstdint>
 
 #include "remat/backend/cuda/memory.cuh"
+#include "remat/backend/cuda/sizes.hpp"
 #include "remat/ops/math.hpp"
 
 namespace remat {
 namespace cuda {
 
-constexpr int kFlashMaxD = 128;
 constexpr int kFlashPerLane = kFlashMaxD / 32;
 constexpr int kFlashWarps = 4;  // rows per block
 

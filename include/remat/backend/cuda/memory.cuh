@@ -1,17 +1,20 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// The CUDA caching allocator and copies. Freed blocks are kept by size (rounded to 512 bytes)
-// and handed out again, so after the first step, and in every checkpoint replay, no cudaMalloc
-// runs. The ledger (core/memory.hpp) counts live bytes by category exactly; this allocator adds
-// reserved bytes (what cudaMalloc holds) and their peak. Out of memory empties the cache, tries
-// again, then throws remat::OutOfMemory with the requested, free and reserved bytes: catchable,
-// and the process can go on (with checkpointing on, say).
+// The CUDA caching allocator and copies. Blocks come from device segments that stay reserved
+// and are split and merged by the pool of backend/cuda/block_pool.hpp (NOTE [CUDA block pool]),
+// so after the first step, and in every checkpoint replay, no cudaMalloc runs, and changing
+// shapes reuse what is reserved. The ledger (core/memory.hpp) counts live bytes by category
+// exactly; this allocator adds reserved bytes (what cudaMalloc holds) and their peak, which the
+// estimator predicts by running the same pool over a device that only counts
+// (backend/cuda/model.hpp). Out of memory returns the cached segments, tries again, then throws
+// remat::OutOfMemory with the requested, free and reserved bytes: catchable, and the process can
+// go on (with checkpointing on, say). Any other CUDA error is a remat::CudaError.
 
 #include <algorithm>
 #include <cstdint>
-#include <unordered_map>
-#include <vector>
+#include <mutex>
 
+#include "remat/backend/cuda/block_pool.hpp"
 #include "remat/backend/cuda/context.cuh"
 
 #include "remat/core/memory.hpp"
@@ -20,74 +23,60 @@ namespace remat {
 struct Cuda;
 namespace cuda {
 
+/// The real device of the pool: cudaMalloc and cudaFree.
+struct CudaDevice {
+  static void* reserve(std::size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess) return p;
+    (void)cudaGetLastError();  // clear the error state of this failure
+    if (e == cudaErrorMemoryAllocation) return nullptr;
+    throw CudaError(::remat::detail::cat("remat::Cuda::allocate: cudaMalloc of ", bytes,
+                                         " bytes failed: ", cudaGetErrorString(e),
+                                         " (hint: is a CUDA device visible? nvidia-smi)"));
+  }
+  static void release(void* p, std::size_t) noexcept { cudaFree(p); }
+};
+
 class CachingAllocator {
  public:
   static CachingAllocator& get() {
     static CachingAllocator a;
     return a;
   }
-  static std::size_t round(std::size_t bytes) { return (bytes + 511) / 512 * 512; }
 
   void* allocate(std::size_t bytes) {
-    const std::size_t r = round(bytes);
-    auto it = free_.find(r);
-    if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      cached_ -= r;
-      return p;
-    }
-    void* p = nullptr;
-    if (cudaMalloc(&p, r) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the sticky-free error state of this failure
-      empty_cache();
-      if (cudaMalloc(&p, r) != cudaSuccess) {
-        (void)cudaGetLastError();
-        std::size_t free_b = 0, total_b = 0;
-        cudaMemGetInfo(&free_b, &total_b);
-        throw OutOfMemory(::remat::detail::cat(
-            "remat::Cuda::allocate: out of GPU memory allocating ", bytes, " bytes (", free_b,
-            " free of ", total_b, ", ", reserved_, " reserved by remat); hint: turn on "
-            "checkpointing (block, sqrt) or lower the batch size"));
-      }
-    }
-    reserved_ += r;
-    peak_reserved_ = std::max(peak_reserved_, reserved_);
-    ++mallocs_;
-    return p;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    void* p = pool_.allocate(bytes);  // on a retry cudaFree waits for the device to finish
+    if (p) return p;
+    std::size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw OutOfMemory(::remat::detail::cat(
+        "remat::Cuda::allocate: out of GPU memory allocating ", bytes, " bytes (", free_b,
+        " free of ", total_b, ", ", pool_.reserved_bytes(), " reserved by remat); hint: turn on "
+        "checkpointing (block, sqrt, budget:SIZE) or lower the batch size"));
   }
-  void deallocate(void* p, std::size_t bytes) noexcept {
-    const std::size_t r = round(bytes);
-    try {
-      free_[r].push_back(p);
-      cached_ += r;
-    } catch (...) {
-      cudaFree(p);
-      reserved_ -= r;
-    }
+  void deallocate(void* p, std::size_t) noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    pool_.deallocate(p);  // stream order: a later kernel that reuses the block runs after
   }
-  /// Returns every cached block to the device.
+  /// Returns every wholly free segment to the device. Creates no context when nothing is held.
   void empty_cache() noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (pool_.segments() == 0) return;
     cudaStreamSynchronize(Context::get().stream());
-    for (auto& kv : free_)
-      for (void* p : kv.second) {
-        cudaFree(p);
-        reserved_ -= kv.first;
-      }
-    free_.clear();
-    cached_ = 0;
+    pool_.release_cached();
   }
-  std::size_t reserved_bytes() const noexcept { return reserved_; }
-  std::size_t peak_reserved_bytes() const noexcept { return peak_reserved_; }
-  void reset_peak_reserved() noexcept { peak_reserved_ = reserved_; }
-  std::size_t cached_bytes() const noexcept { return cached_; }
-  std::int64_t cuda_mallocs() const noexcept { return mallocs_; }
+  std::size_t reserved_bytes() const noexcept { return pool_.reserved_bytes(); }
+  std::size_t peak_reserved_bytes() const noexcept { return pool_.peak_reserved_bytes(); }
+  void reset_peak_reserved() noexcept { pool_.reset_peak_reserved(); }
+  std::size_t cached_bytes() const noexcept { return pool_.cached_bytes(); }
+  std::int64_t cuda_mallocs() const noexcept { return pool_.device_reserves(); }
 
  private:
   CachingAllocator() = default;
-  std::unordered_map<std::size_t, std::vector<void*>> free_;
-  std::size_t reserved_ = 0, peak_reserved_ = 0, cached_ = 0;
-  std::int64_t mallocs_ = 0;
+  std::mutex mutex_;
+  BlockPool<CudaDevice> pool_;
 };
 
 template <int = 0>
@@ -108,9 +97,11 @@ __global__ void add_into_kernel(float* dst, const float* src, std::int64_t n) {
 class Scratch {
  public:
   explicit Scratch(std::size_t bytes) : counted_(bytes), bytes_(bytes) {
-    p_ = CachingAllocator::get().allocate(bytes);
+    if (bytes_ > 0) p_ = CachingAllocator::get().allocate(bytes_);  // 0 bytes take nothing
   }
-  ~Scratch() { CachingAllocator::get().deallocate(p_, bytes_); }
+  ~Scratch() {
+    if (bytes_ > 0) CachingAllocator::get().deallocate(p_, bytes_);
+  }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   template <class T>
@@ -160,7 +151,10 @@ struct CudaMemory {
   static void synchronize() { REMAT_CUDA_CHECK(cudaStreamSynchronize(Context::get().stream())); }
   static std::size_t reserved_bytes() { return CachingAllocator::get().reserved_bytes(); }
   static std::size_t peak_reserved_bytes() { return CachingAllocator::get().peak_reserved_bytes(); }
+  static void reset_peak_reserved() { CachingAllocator::get().reset_peak_reserved(); }
   static void empty_cache() { CachingAllocator::get().empty_cache(); }
+  /// The estimator's model of this allocator: the same pool over a device that only counts.
+  using ReservedModel = BlockPool<CountingDevice>;
 };
 
 }  // namespace cuda

@@ -212,14 +212,15 @@ struct CudaNn {
     if (rows == 0) return;
     if (dx) layer_norm_dx_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(dx, dy, x, w, mean, rstd, C);
     REMAT_CUDA_CHECK_LAUNCH("layer_norm_backward");
+    const Scratch scratch(CudaSizes::layer_norm_backward_scratch(rows, C));
     ColumnTerm t;
     t.g = dy;
-    if (db) column_sum(db, t, rows, C);
+    if (db) column_sum(db, t, rows, C, scratch.as<float>());
     t.kind = ColumnTerm::layer_norm_w;
     t.x = x;
     t.mean = mean;
     t.rstd = rstd;
-    if (dw) column_sum(dw, t, rows, C);
+    if (dw) column_sum(dw, t, rows, C, scratch.as<float>());
   }
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
@@ -233,7 +234,7 @@ struct CudaNn {
   }
   static float cross_entropy_forward(float* lse, const float* logits, const std::int32_t* targets,
                                      std::int64_t N, std::int64_t V) {
-    const Scratch scratch(static_cast<std::size_t>(N) * 4);
+    const Scratch scratch(CudaSizes::cross_entropy_forward_scratch(N));
     float* loss = scratch.as<float>();
     cross_entropy_forward_kernel<><<<static_cast<unsigned>(N), kRowThreads, 0, s()>>>(lse, loss, logits, targets, V);
     REMAT_CUDA_CHECK_LAUNCH("cross_entropy_forward");
@@ -309,23 +310,11 @@ struct CudaNn {
 
   // Attention: fused (flash.cuh) for head sizes up to 128, keeping lse (B H T floats);
   // else, or with REMAT_CUDA_ATTENTION=materialized, P (B H, T, T) is kept as on the CPU.
-  static bool flash(std::int64_t D) {
-    static const bool materialized = [] {
-      const char* e = std::getenv("REMAT_CUDA_ATTENTION");
-      return e && std::string(e) == "materialized";
-    }();
-    return D <= kFlashMaxD && !materialized;
-  }
-  static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t D) {
-    return flash(D) ? BH * T : BH * T * T;
-  }
-  /// The fused backward reads the output (for dO . O); the op keeps it (GPT's output projection
-  /// saves the same buffer anyway, so it costs no bytes there).
-  static bool attention_needs_output(std::int64_t D) { return flash(D); }
+  // The choice and the scratch sizes: CudaSizes (sizes.hpp).
   static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
                                 const float* k, const float* v, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
-    if (flash(D)) {
+    if (CudaSizes::flash(D)) {
       const std::int64_t rows = L.B * L.H * T;
       flash_forward_kernel<><<<static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps), 32 * kFlashWarps, 0, s()>>>(
           L, o, p, q, k, v, scale, causal);
@@ -347,10 +336,10 @@ struct CudaNn {
                                  const float* dout, const float* o, const float* q, const float* k,
                                  const float* v, const float* p, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
-    if (flash(D)) {
+    if (CudaSizes::flash(D)) {
       const std::int64_t rows = L.B * L.H * T;
       const unsigned blocks = static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps);
-      const Scratch scratch(static_cast<std::size_t>(rows) * 4);
+      const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // rows floats
       float* delta = scratch.as<float>();
       flash_delta_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, delta, o, dout);
       if (dq) flash_dq_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dq, dout, q, k, v, p, delta, scale, causal);
@@ -358,7 +347,7 @@ struct CudaNn {
       REMAT_CUDA_CHECK_LAUNCH("flash attention backward");
       return;
     }
-    const Scratch scratch(static_cast<std::size_t>(L.H * TT) * 4);
+    const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // H T T floats
     float* ds = scratch.as<float>();
     for (std::int64_t b = 0; b < L.B; ++b) {
       const std::int64_t qo = b * L.q_batch, oo = b * L.o_batch;

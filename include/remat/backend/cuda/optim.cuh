@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "remat/backend/cuda/memory.cuh"
+#include "remat/backend/cuda/sizes.hpp"
 
 namespace remat {
 namespace cuda {
@@ -76,8 +77,8 @@ struct CudaOptim {
   /// sum of x^2 in double: fixed blocks, partial sums added on the host in order (deterministic)
   static double sum_squares(const float* x, std::int64_t n) {
     if (n == 0) return 0.0;
-    constexpr unsigned kBlocks = 64;
-    const Scratch scratch(kBlocks * sizeof(double));
+    constexpr unsigned kBlocks = kSumSquaresBlocks;
+    const Scratch scratch(CudaSizes::sum_squares_scratch(n));
     double* partial = scratch.as<double>();
     sum_squares_kernel<><<<kBlocks, 256, 0, Context::get().stream()>>>(partial, x, n);
     REMAT_CUDA_CHECK_LAUNCH("sum_squares");

@@ -102,6 +102,7 @@ struct CudaPointwise {
                               const float* a, const float* b, std::int64_t outer,
                               std::int64_t inner, bool a_bc, bool b_bc) {
     if (outer * inner == 0) return;
+    const Scratch scratch(CudaSizes::binary_backward_scratch(outer, inner, da && a_bc, db && b_bc));
     auto run = [&](float* d, bool d_bc, bool wrt_a) {
       if (!d) return;
       if (d_bc) {  // summed over the rows: deterministic column sums
@@ -113,7 +114,7 @@ struct CudaPointwise {
         t.op = k;
         t.a_bc = a_bc;
         t.b_bc = b_bc;
-        column_sum(d, t, outer, inner);
+        column_sum(d, t, outer, inner, scratch.as<float>());
         return;
       }
       binary_grad_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);

@@ -1,0 +1,70 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// The CUDA backend's layout decisions and kernel scratch sizes as plain C++ (no CUDA): the
+// kernels size their buffers with these functions, and the estimator's shape-only twin counts
+// the same bytes (backend/meta.hpp, backend/cuda/model.hpp), on any machine.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "remat/ops/math.hpp"
+
+namespace remat {
+namespace cuda {
+
+constexpr int kColumnChunks = 64;   // row chunks of a deterministic column sum (colsum.cuh)
+constexpr int kFlashMaxD = 128;     // the fused attention's largest head size (flash.cuh)
+constexpr int kSumSquaresBlocks = 64;  // partial sums of sum_squares (optim.cuh)
+
+struct CudaSizes {
+  /// Fused attention (memory linear in T) for head sizes up to kFlashMaxD, unless
+  /// REMAT_CUDA_ATTENTION=materialized (read once) asks for P (B H, T, T) as on the CPU.
+  static bool flash(std::int64_t D) {
+    static const bool materialized = [] {
+      const char* e = std::getenv("REMAT_CUDA_ATTENTION");
+      return e && std::string(e) == "materialized";
+    }();
+    return D <= kFlashMaxD && !materialized;
+  }
+  /// Floats the attention op keeps besides its output: lse (B H T) fused, else P (B H T T).
+  static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t D) {
+    return flash(D) ? BH * T : BH * T * T;
+  }
+  /// The fused backward reads the output (for dO . O); the op keeps it (GPT's output projection
+  /// saves the same buffer anyway, so it costs no bytes there).
+  static bool attention_needs_output(std::int64_t D) { return flash(D); }
+
+  /// A column sum over `C` columns: kColumnChunks partial rows.
+  static std::size_t column_sum_scratch(std::int64_t C) {
+    return static_cast<std::size_t>(kColumnChunks * C) * sizeof(float);
+  }
+  /// layer_norm_backward sums db, then dw, through one column-sum scratch (taken whenever
+  /// rows > 0, as on the CPU).
+  static std::size_t layer_norm_backward_scratch(std::int64_t rows, std::int64_t C) {
+    return rows == 0 ? 0 : column_sum_scratch(C);
+  }
+  /// binary_backward column-sums the gradient of a broadcast operand (da, then db, through one
+  /// scratch).
+  static std::size_t binary_backward_scratch(std::int64_t outer, std::int64_t inner,
+                                             bool da_summed, bool db_summed) {
+    return outer * inner == 0 || !(da_summed || db_summed) ? 0 : column_sum_scratch(inner);
+  }
+  /// Fused: delta = rowsum(dO . O), B H T floats; materialized: dS of one batch row, H T T.
+  static std::size_t attention_backward_scratch(const AttentionLayout& L) {
+    const std::int64_t n = flash(L.D) ? L.B * L.H * L.T : L.H * L.T * L.T;
+    return static_cast<std::size_t>(n) * sizeof(float);
+  }
+  /// The per-row losses, summed on the host.
+  static std::size_t cross_entropy_forward_scratch(std::int64_t N) {
+    return static_cast<std::size_t>(N) * sizeof(float);
+  }
+  /// The partial sums of squares, one double per block.
+  static std::size_t sum_squares_scratch(std::int64_t n) {
+    return n == 0 ? 0 : kSumSquaresBlocks * sizeof(double);
+  }
+};
+
+}  // namespace cuda
+}  // namespace remat
