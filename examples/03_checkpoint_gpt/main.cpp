@@ -107,13 +107,13 @@ int main(int argc, char** argv) {
 
   std::printf("GPT: %d layers, d 128, 4 heads, seq 128, batch 8, byte vocab; %d AdamW steps; %s\n\n",
               layers, steps, Cpu::describe().c_str());
-  std::printf("%-10s %14s %16s %10s %11s %11s\n", "strategy", "peak MiB", "saved act. MiB",
+  std::printf("%-11s %14s %16s %10s %11s %11s\n", "strategy", "peak MiB", "saved act. MiB",
               "step ms", "first loss", "final loss");
   std::vector<Row> rows;
-  for (const char* s : {"none", "block", "selective", "sqrt"}) {
+  for (const char* s : {"none", "block", "save_linear", "sqrt"}) {
     rows.push_back(train(s, steps, layers, text));
     const Row& r = rows.back();
-    std::printf("%-10s %14.1f %16.1f %10.1f %11.4f %11.4f\n", r.strategy.c_str(), r.peak_mib,
+    std::printf("%-11s %14.1f %16.1f %10.1f %11.4f %11.4f\n", r.strategy.c_str(), r.peak_mib,
                 r.saved_mib, r.step_ms, r.first_loss, r.last_loss);
   }
   bool same = true;

@@ -305,8 +305,9 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", f.weight_decay, "weight decay (decoupled for AdamW)");
   app.add_option("--dropout", f.dropout, "dropout probability");
   app.add_option("--checkpoint", f.checkpoint,
-                 "none, block, every:N, sqrt, selective, budget:SIZE (e.g. budget:300MiB: the "
-                 "fastest plan whose whole step fits) or auto (the memory free now, less 10%)");
+                 "none, block, every:N, sqrt, save_linear (old name: selective), budget:SIZE "
+                 "(e.g. budget:300MiB: the fastest plan whose whole step fits) or auto (the "
+                 "memory free now, less 10%)");
   app.add_option("--memory-limit", f.memory_limit,
                  "cap the CPU memory (e.g. 2GiB): past it an allocation is out of memory, and the "
                  "step is re-planned for the limit and run again");

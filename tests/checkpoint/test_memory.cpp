@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Peak saved activations of a chain of identical GPT blocks, from the allocator's exact bytes,
-// against the formulas of ANCHORS.md ("ideal activation bytes"):
+// against the activation-memory formulas of Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models" (Section 4.1: s b h (34 + 5 a s / h) bytes per layer
+// in 16-bit; here in fp32 elements, without dropout masks, and with attention fused so that only
+// its probabilities, a s^2 b, are kept), and the O(sqrt L) bound of Chen et al. 2016:
 //   none:       L (16 s b h + a s^2 b) 4 bytes (materialized softmax)
 //   per block:  at most 1.3 r(L) of none,  r(L) = 1/L + h / (16 h + a s)
 //   sqrt:       L = 16 -> 64 multiplies the peak by at most 2.3 (O(sqrt L), not O(L))

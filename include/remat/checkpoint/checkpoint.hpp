@@ -7,8 +7,8 @@
 // NOTE [checkpoint semantics]
 // 1. Forward runs fn with recording off: no interior op records a node, so no interior Saved
 //    outlives its op. The tape records one "checkpoint" node: inputs, outputs, a copy of fn, the
-//    RNG counter at the start, the first run's op trace, and the outputs the policy kept.
-// 2. Backward at that node restores the RNG counter, replays fn on aliases of the inputs into a
+//    RNG seed and counter at the start, the first run's op trace, and the outputs the policy kept.
+// 2. Backward at that node restores the RNG seed and counter (then puts the caller's back), replays fn on aliases of the inputs into a
 //    scratch range of the tape, checks the replay against the first run (every op's kind, shape
 //    and dtype; with verify_values also its bytes), backpropagates through the scratch range and
 //    frees it at once. Captured parameters get their gradients directly; the inputs' gradients
@@ -19,7 +19,14 @@
 //    its own while the outer one replays, so the innermost segment owns its saved tensors.
 // 5. Under NoGrad, or when nothing inside needs a gradient, checkpoint() is a plain call.
 // 6. Dropout needs no stashed state: its masks are a function of (seed, counter), and the
-//    replay starts from the same counter, so it draws the same masks on every backend.
+//    replay starts from the same seed and counter, so it draws the same masks on every backend,
+//    even when tape.set_seed() was called between the forward pass and backward.
+// 7. Tensors leave a segment through its outputs only. One made inside that escapes through a
+//    capture has no gradient path (nothing inside was recorded): an op that takes it while a
+//    gradient is wanted raises an error naming the segment and the op (NOTE [escaped tensors]
+//    in core/tape.hpp). Under NoGrad, or after remat::detach(), it is an ordinary constant.
+// 8. The ledger row of a segment (segment_table) is keyed by its name, the type of fn (its
+//    call site) and its place among same-keyed segments of the graph, never by creation order.
 
 #include <array>
 #include <chrono>
@@ -30,6 +37,8 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeindex>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -119,13 +128,17 @@ inline double seconds_now() {
 template <class B, class Fn, class Out, std::size_t N>
 struct CheckpointBody final : NodeBody<B> {
   CheckpointBody(Fn f, const std::array<Tensor<B>, N>& in, CheckpointOptions o, std::size_t sid,
-                 std::uint64_t rng)
-      : fn(std::move(f)), inputs(in), opt(std::move(o)), id(sid), rng_offset(rng) {}
+                 std::uint64_t seed, std::uint64_t rng)
+      : fn(std::move(f)), inputs(in), opt(std::move(o)), id(sid), rng_seed(seed), rng_offset(rng) {}
 
   ~CheckpointBody() override {
     if (!retained) return;
     for (const auto& t : inputs) t.storage()->release_saved();
     for (const auto& k : kept) k.second.storage()->release_saved();
+    for (const auto& k : kept_state)
+      k.second->each([](const Tensor<B>& t) {
+        if (t.defined()) t.storage()->release_saved();
+      });
   }
 
   /// After the first run: holds the inputs and kept outputs as saved activations.
@@ -141,6 +154,15 @@ struct CheckpointBody final : NodeBody<B> {
     st.boundary_bytes = st.kept_bytes = 0;
     for (const auto& t : inputs) hold(t, st.boundary_bytes);
     for (const auto& k : kept) hold(k.second, st.kept_bytes);
+    for (const auto& k : kept_state)  // parameters in a kept state are not activations
+      k.second->each([&](const Tensor<B>& t) {
+        if (!t.defined()) return;
+        if (t.category() == Category::parameters) {
+          t.storage()->retain_saved();
+          return;
+        }
+        hold(t, st.kept_bytes);
+      });
     retained = true;
   }
 
@@ -163,7 +185,10 @@ struct CheckpointBody final : NodeBody<B> {
     frame.hash_values = opt.verify_values();
     frame.trace = &trace;
     frame.kept = &kept;
-    const std::uint64_t rng_after = tape.rng_offset();
+    frame.kept_state = &kept_state;
+    // The stream of the first run: its seed and counter (the caller may have changed either).
+    const std::uint64_t seed_after = tape.seed(), rng_after = tape.rng_offset();
+    tape.set_seed(rng_seed);
     tape.set_rng_offset(rng_offset);
     const std::size_t begin = tape.num_nodes();
     Out out;
@@ -172,14 +197,17 @@ struct CheckpointBody final : NodeBody<B> {
       FrameGuard<B> guard(tape, &frame);
       out = std::apply(fn, in);
     } catch (const OutOfMemory& e) {  // stays OutOfMemory, so a caller can re-plan
+      tape.set_seed(seed_after);
       tape.set_rng_offset(rng_after);
       throw OutOfMemory(detail::cat("remat::checkpoint: ", label(),
                                     " ran out of memory while replaying in backward: ", e.what()));
     } catch (const std::exception& e) {
+      tape.set_seed(seed_after);
       tape.set_rng_offset(rng_after);
       throw Error(detail::cat("remat::checkpoint: ", label(),
                               " threw while replaying in backward: ", e.what()));
     }
+    tape.set_seed(seed_after);
     tape.set_rng_offset(rng_after);
     if (frame.mismatch.empty() && frame.count != static_cast<std::int64_t>(trace.size()))
       frame.mismatch = detail::cat("the replay ran ", frame.count, " ops, the first pass ",
@@ -240,9 +268,11 @@ struct CheckpointBody final : NodeBody<B> {
   std::array<Tensor<B>, N> inputs;
   CheckpointOptions opt;
   std::size_t id;
+  std::uint64_t rng_seed;    // the tape's seed and RNG counter when the first run began
   std::uint64_t rng_offset;
   std::vector<TraceEntry> trace;
   std::map<std::int64_t, Tensor<B>> kept;
+  std::map<std::int64_t, std::shared_ptr<KeptState<B>>> kept_state;  // Policy::keep_state
   std::vector<std::pair<Shape, DType>> out_meta;
   bool retained = false;
 };
@@ -270,15 +300,18 @@ auto checkpoint(const CheckpointOptions& opt, Fn&& fn, const Tensor<B>& first,
     detail::FrameGuard<B> guard(tape, &plain);
     return Out(fn(first, rest...));
   }
-  const std::size_t id = tape.next_segment_id();
+  const std::size_t id = tape.segment_row(opt.name(), std::type_index(typeid(F)));
   using Body = detail::CheckpointBody<B, F, Out, N>;
-  auto body = std::make_unique<Body>(F(std::forward<Fn>(fn)), in, opt, id, tape.rng_offset());
+  auto body = std::make_unique<Body>(F(std::forward<Fn>(fn)), in, opt, id, tape.seed(),
+                                     tape.rng_offset());
   detail::SegmentFrame<B> frame;
   frame.mode = detail::FrameMode::first_run;
+  frame.label = std::make_shared<const std::string>(body->label());
   frame.policy = &body->opt.policy();
   frame.hash_values = body->opt.verify_values();
   frame.trace = &body->trace;
   frame.kept = &body->kept;
+  frame.kept_state = &body->kept_state;
   Out out = [&] {
     detail::FrameGuard<B> guard(tape, &frame);
     std::array<Tensor<B>, N> args = in;
@@ -289,7 +322,6 @@ auto checkpoint(const CheckpointOptions& opt, Fn&& fn, const Tensor<B>& first,
   REMAT_CHECK(!outs.empty(), "remat::checkpoint: the function returned no tensor (expected at "
               "least one output)");
   SegmentStats& st = tape.segment_stats(id);
-  st.name = opt.name().empty() ? "segment " + std::to_string(id) : opt.name();
   st.forwards += 1;
   st.freed_bytes = frame.freed_bytes;
   if (!frame.touched_grad) return out;  // nothing inside needs a gradient (NOTE 5)

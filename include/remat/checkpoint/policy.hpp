@@ -1,9 +1,10 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // Selective checkpoint policies: which interior ops' outputs a segment keeps from its first run
-// instead of recomputing them in backward. Only ops that can rebuild their backward state from
-// their output (they define `save`: linear, matmul, pointwise, shape ops) can be kept; norms,
-// attention and the loss are always recomputed inside a segment.
+// instead of recomputing them in backward. Ops that can rebuild their backward state from their
+// output (they define `save`: linear, matmul, pointwise, shape ops) are kept by their output;
+// the others (layer norm, attention, the loss) only by a policy with keep_state, which keeps
+// their whole saved state (policy::megatron_selective).
 
 #include <cstring>
 #include <functional>
@@ -20,8 +21,10 @@ namespace policy {
 /// Keep nothing: every interior op is recomputed (the default).
 inline Policy recompute_all() { return Policy{}; }
 
-/// Megatron's selective recompute: keep the outputs of the linear layers; recompute norms,
-/// pointwise ops and the attention core (scores, softmax, probabilities times values).
+/// Keep the outputs of the linear layers; recompute everything else in the segment: layer
+/// norms, pointwise ops (GELU, residual adds, dropout) and the attention core. (This is not
+/// Megatron-LM's selective recompute, which keeps norms and pointwise ops as well and
+/// recomputes only the attention core: policy::megatron_selective.)
 inline Policy save_linear() {
   Policy p;
   p.name = "save_linear";
@@ -36,6 +39,22 @@ inline Policy save_all_but_attention() {
   Policy p;
   p.name = "save_all_but_attention";
   p.keep_op = [](const OpInfo&) { return true; };  // only keepable ops are ever asked
+  return p;
+}
+
+/// Megatron-LM's selective recompute (Korthikanti et al. 2022, "Reducing Activation
+/// Recomputation in Large Transformer Models"): keep every op's state as a plain run would,
+/// except the attention core, the only op recomputed in backward. Here the core is one fused op
+/// (attention, self_attention: scores, softmax, probabilities times values), so a segment drops
+/// its probabilities (B H T T floats on the CPU) and replays nothing else. A model that writes
+/// the core as separate matmul and softmax ops needs policy::custom to say which those are.
+inline Policy megatron_selective() {
+  Policy p;
+  p.name = "megatron_selective";
+  p.keep_state = true;
+  p.keep_op = [](const OpInfo& op) {
+    return std::strcmp(op.op, "self_attention") != 0 && std::strcmp(op.op, "attention") != 0;
+  };
   return p;
 }
 

@@ -16,6 +16,7 @@
 // and skip it in the replay (core/segment.hpp).
 
 #include <array>
+#include <cstring>
 #include <tuple>
 #include <type_traits>
 #include <memory>
@@ -65,6 +66,8 @@ Tape<B>& common_tape(const char* op, const Range& in) {
     ++i;
   }
   REMAT_ASSERT(tape != nullptr);
+  i = 0;
+  for (const Tensor<B>& t : in) tape->check_not_escaped(op, i++, t);  // NOTE [escaped tensors]
   return *tape;
 }
 
@@ -132,12 +135,22 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
   typename Op::template Saved<B> saved{};
   Tensor<B> out;
   bool from_cache = false;
+  using Saved = typename Op::template Saved<B>;
   if (top.mode == FrameMode::replay) {
     auto it = top.kept->find(index);
     if (it != top.kept->end()) {
-      out = it->second;
-      save(saved, out);
-      from_cache = true;
+      if (keepable) {
+        out = it->second;
+        save(saved, out);
+        from_cache = true;
+      } else if (top.kept_state) {  // kept whole (Policy::keep_state): the first run's state
+        auto st = top.kept_state->find(index);
+        if (st != top.kept_state->end() && std::strcmp(st->second->op, Op::name) == 0) {
+          out = it->second;
+          saved = static_cast<const KeptStateOf<B, Saved>&>(*st->second).saved;
+          from_cache = true;
+        }
+      }
     }
   }
   if (!from_cache) out = forward(saved);
@@ -158,14 +171,25 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
         if (t.defined() && t.category() == Category::temporaries) f->count_saved(t.storage());
       });
   }
+  if (needs)  // the innermost segment in its first run owns the tensor (NOTE [escaped tensors])
+    for (auto f = frames.rbegin(); f != frames.rend(); ++f)
+      if ((*f)->mode == FrameMode::first_run) {
+        out.impl()->first_run_serial = (*f)->serial;
+        out.impl()->first_run_label = (*f)->label;
+        break;
+      }
   if (top.mode == FrameMode::first_run) {
     out.impl()->segment_op = index;
     out.impl()->segment_serial = top.serial;
-    if (needs) {
+    const Policy* pol = top.policy;
+    if (needs && pol && pol->keep_op && (keepable || (pol->keep_state && top.kept_state))) {
       const Shape& shape = out.shape();
-      if (keepable && top.policy && top.policy->keep_op &&
-          top.policy->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes())}))
+      if (pol->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes())})) {
         top.kept->emplace(index, out);
+        if (!keepable)  // nothing records in a first run: the state moves to the segment
+          top.kept_state->emplace(index, std::make_shared<KeptStateOf<B, Saved>>(Op::name,
+                                                                                 std::move(saved)));
+      }
     }
   } else if (top.mode == FrameMode::replay && !from_cache) {
     top.remat_bytes += static_cast<std::int64_t>(out.bytes());

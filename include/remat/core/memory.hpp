@@ -36,7 +36,6 @@ inline constexpr const char* category_name(Category c) noexcept {
 struct MemoryStats {
   std::array<std::int64_t, kNumCategories> live{};
   std::array<std::int64_t, kNumCategories> peak{};
-  std::array<std::int64_t, kNumCategories> allocs{};  // allocations made in this category
   std::array<std::int64_t, kNumCategories> at_peak{};  // live bytes per category when the total peaked
   std::int64_t live_total = 0;
   std::int64_t peak_total = 0;
@@ -101,7 +100,6 @@ class Ledger {
     const auto i = static_cast<std::size_t>(c);
     s_.live[i] += bytes;
     s_.live_total += bytes;
-    s_.allocs[i] += 1;
     s_.alloc_count += 1;
     bump(i);
   }

@@ -28,11 +28,15 @@ struct OpInfo {
 
 /// Decides per interior op whether its output is kept from the first run (true) or
 /// recomputed in backward (false); and which tagged tensors (remat::tag) are kept.
+/// keep_op is asked about the ops that can rebuild their backward state from their output
+/// (linear, matmul, pointwise and shape ops); with keep_state also about the others (layer
+/// norm, attention, softmax, the loss), whose whole saved state (inputs and statistics) is then
+/// kept with the output, as a run without checkpointing would keep it.
 struct Policy {
   std::string name = "recompute_all";
   std::function<bool(const OpInfo&)> keep_op;  // empty: keep no op by kind
   std::vector<std::string> keep_names;         // tags whose tensors are kept
-  bool keeps_anything() const { return static_cast<bool>(keep_op) || !keep_names.empty(); }
+  bool keep_state = false;                     // keep_op may keep ops that need their state
 };
 
 /// What one checkpoint segment did in the last step, and its replays over time.
@@ -75,15 +79,32 @@ inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
   return h;
 }
 
+/// The saved state of an op a policy kept whole (Policy::keep_state), type-erased.
+template <class B>
+struct KeptState {
+  explicit KeptState(const char* o) : op(o) {}
+  virtual ~KeptState() = default;
+  virtual void each(const std::function<void(const Tensor<B>&)>& f) const = 0;
+  const char* op;  // the op that saved it, checked before the replay takes it
+};
+template <class B, class Saved>
+struct KeptStateOf final : KeptState<B> {
+  KeptStateOf(const char* o, Saved s) : KeptState<B>(o), saved(std::move(s)) {}
+  void each(const std::function<void(const Tensor<B>&)>& f) const override { saved.each(f); }
+  Saved saved;
+};
+
 template <class B>
 struct SegmentFrame {
   FrameMode mode = FrameMode::plain;
   std::uint64_t serial = 0;                  // unique per frame on its tape
+  std::shared_ptr<const std::string> label;  // first run: "segment 3 ('h.2')", for errors
   std::int64_t count = 0;                    // ops seen in this frame (nested ones included)
   const Policy* policy = nullptr;            // first run
   bool hash_values = false;                  // verify values bitwise
   std::vector<TraceEntry>* trace = nullptr;  // first run fills it; replay compares with it
   std::map<std::int64_t, Tensor<B>>* kept = nullptr;  // index -> output kept from the first run
+  std::map<std::int64_t, std::shared_ptr<KeptState<B>>>* kept_state = nullptr;  // ... and state
   bool touched_grad = false;                 // first run: some op's input needed a gradient
   std::int64_t freed_bytes = 0;              // first run: bytes the ops would have saved
   std::int64_t remat_bytes = 0;              // replay: bytes of recomputed outputs

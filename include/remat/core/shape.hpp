@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ class Shape {
 
   void push_back(std::int64_t d) {
     REMAT_CHECK(rank_ < kMaxRank, "remat::Shape: more than ", kMaxRank, " dimensions");
+    REMAT_CHECK(d >= -1, "remat::Shape: negative dimension ", d, " (dimensions are >= 0; only "
+                "reshape accepts one -1, the dimension to infer)");
     dims_[static_cast<std::size_t>(rank_++)] = d;
   }
   Shape with(int i, std::int64_t d) const {
@@ -66,6 +69,33 @@ class Shape {
     for (int i = 1; i <= suffix.rank_; ++i)
       if ((*this)[-i] != suffix[-i]) return false;
     return true;
+  }
+
+  /// True when no dimension is negative: a shape a tensor can have (-1 is only reshape's marker).
+  bool is_concrete() const noexcept {
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[static_cast<std::size_t>(i)] < 0) return false;
+    return true;
+  }
+  /// True when numel() of the non-negative dimensions, times 8 bytes an element, fits in int64.
+  bool numel_fits() const noexcept {
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max() / 8;
+    std::int64_t n = 1;
+    for (int i = 0; i < rank_; ++i) {
+      const std::int64_t d = dims_[static_cast<std::size_t>(i)];
+      if (d == 0) return true;
+      if (d > 0 && n > kMax / d) return false;
+      if (d > 0) n *= d;
+    }
+    return true;
+  }
+  /// Throws unless a tensor can have this shape: dimensions >= 0 and a product that fits.
+  /// `what` names the factory or op in the message.
+  void check_concrete(const char* what) const {
+    REMAT_CHECK(is_concrete(), "remat::", what, ": shape ", str(), " has a negative dimension "
+                "(expected every dimension >= 0; only reshape accepts -1, the dimension to infer)");
+    REMAT_CHECK(numel_fits(), "remat::", what, ": shape ", str(), " has more elements than "
+                "memory can address (the product of the dimensions overflows)");
   }
 
   bool operator==(const Shape& o) const noexcept {
@@ -89,10 +119,9 @@ class Shape {
  private:
   template <class It>
   void assign(It b, It e) {
-    for (; b != e; ++b) {
-      REMAT_CHECK(*b >= -1, "remat::Shape: negative dimension ", *b, " (only reshape accepts -1)");
-      push_back(*b);
-    }
+    for (; b != e; ++b) push_back(*b);
+    REMAT_CHECK(numel_fits(), "remat::Shape: ", str(), " has more elements than memory can "
+                "address (the product of the dimensions overflows)");
   }
   int index(int i) const {
     const int r = i < 0 ? i + rank_ : i;

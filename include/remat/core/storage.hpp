@@ -61,7 +61,6 @@ class Storage {
       promoted_ = false;
     }
   }
-  int saved_refs() const noexcept { return saved_refs_; }
 
  private:
   void* ptr_ = nullptr;

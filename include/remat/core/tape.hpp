@@ -4,10 +4,27 @@
 // sort, no recursion. Each node owns what its op saved for backward and drops it the moment its
 // backward has run, so memory falls during backward. Gradients of recorded tensors live in
 // slots on the tape (freed once consumed); gradients of leaves accumulate into the leaf.
+//
+// NOTE [graph lifetime]
+// 1. backward(loss) runs the nodes that reach `loss` and removes exactly those. Other graphs on
+//    the tape (a second loss, an evaluation forward whose result is still held) stay valid:
+//    l1 = f(); l2 = g(); backward(l1); backward(l2) works when f and g share no recorded op.
+// 2. A node that no living tensor can reach any more (its outputs dropped, and no node that
+//    can be reached consumes them) is freed with what it saved: at every backward() and, while
+//    recording, whenever the tape has doubled since it last looked. So a forward pass without
+//    NoGrad whose results are dropped (evaluation) pins nothing for long; NoGrad records
+//    nothing at all and is still the cheaper way to evaluate.
+// 3. Ops that two graphs share are consumed by the first backward through them; the second
+//    backward then raises an error naming the op (sum the losses and call backward once).
+// 4. clear() drops every graph at once.
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <typeindex>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -62,23 +79,25 @@ class Tape {
   // ---- making tensors -------------------------------------------------------------------
   /// A constant input (no gradient), filled from host data.
   Tensor<B> input(const Shape& shape, const std::vector<float>& data) {
-    return from_host(shape, data.data(), data.size(), DType::f32, Category::temporaries, "input");
+    return from_host(shape, data.data(), data.size(), DType::f32, Category::temporaries,
+                     "Tape::input");
   }
   /// Integer data: token ids or class targets.
   Tensor<B> tokens(const Shape& shape, const std::vector<std::int32_t>& data) {
     return from_host(shape, data.data(), data.size(), DType::i32, Category::temporaries,
-                     "tokens");
+                     "Tape::tokens");
   }
   /// A trainable tensor: requires grad, counted under `parameters`.
   Tensor<B> parameter(const Shape& shape, const std::vector<float>& data) {
     auto t = from_host(shape, data.data(), data.size(), DType::f32, Category::parameters,
-                       "parameter");
+                       "Tape::parameter");
     t.impl()->requires_grad = true;
     return t;
   }
   /// A trainable tensor whose values are left to the caller (a loader fills it), or that
   /// has none (a shape-only backend, remat::Meta).
   Tensor<B> parameter(const Shape& shape) {
+    shape.check_concrete("Tape::parameter");
     auto t = detail::make_tensor<B>(this, shape, DType::f32, Category::parameters);
     t.impl()->requires_grad = true;
     return t;
@@ -86,6 +105,7 @@ class Tape {
   /// A tensor of zeros; `requires_grad` makes it a leaf that collects a gradient.
   Tensor<B> zeros(const Shape& shape, bool requires_grad = false,
                   Category c = Category::temporaries) {
+    shape.check_concrete("Tape::zeros");
     auto t = detail::make_tensor<B>(this, shape, DType::f32, c);
     B::fill(t.template data<float>(), t.numel(), 0.0f);
     t.impl()->requires_grad = requires_grad;
@@ -94,6 +114,7 @@ class Tape {
   /// A tensor of N(0, std^2) draws from the counter-based generator (reproducible anywhere).
   Tensor<B> randn(const Shape& shape, float std, std::uint64_t seed, bool requires_grad = false,
                   Category c = Category::temporaries) {
+    shape.check_concrete("Tape::randn");
     if constexpr (is_meta_backend_v<B>) {  // a shape-only backend: no values to draw
       auto t = detail::make_tensor<B>(this, shape, DType::f32, c);
       t.impl()->requires_grad = requires_grad;
@@ -101,7 +122,7 @@ class Tape {
     }
     std::vector<float> h(static_cast<std::size_t>(shape.numel()));
     for (std::size_t i = 0; i < h.size(); ++i) h[i] = std * rng::normal(seed, 0, i);
-    auto t = from_host(shape, h.data(), h.size(), DType::f32, c, "randn");
+    auto t = from_host(shape, h.data(), h.size(), DType::f32, c, "Tape::randn");
     t.impl()->requires_grad = requires_grad;
     return t;
   }
@@ -120,20 +141,29 @@ class Tape {
       impl->id = static_cast<TensorId>(grads_.size());
       impl->epoch = epoch_;
       grads_.emplace_back();
+      owners_.push_back(out->impl_ptr());
+      live_.push_back(1);
       node.outputs.push_back(impl->id);
       node.output_shapes.push_back(impl->shape);
     }
     node.body = std::move(body);
     nodes_.push_back(std::move(node));
+    // NOTE [graph lifetime] 2: amortized, so a long forward pays O(1) per node.
+    if (nodes_.size() >= 2 * prune_mark_ && !in_backward_ && frames_.empty()) {
+      prune();
+      prune_mark_ = std::max<std::size_t>(kPruneMin, nodes_.size());
+    }
   }
 
-  // ---- backward -------------------------------------------------------------------------
+  // ---- backward ----------------------------------------------------------------------------
   /// Backpropagates from `loss` (a scalar, or any shape with a `seed` gradient of that shape),
-  /// accumulating into the gradients of leaves, then frees the recorded graph.
+  /// accumulating into the gradients of leaves, then frees the nodes that reached `loss`; the
+  /// rest of the tape stays valid (NOTE [graph lifetime]).
   void backward(const Tensor<B>& loss, const Tensor<B>& seed = Tensor<B>()) {
     REMAT_CHECK(loss.defined(), "remat::Tape::backward: loss is an undefined tensor");
     REMAT_CHECK(&loss.tape() == this, "remat::Tape::backward: loss belongs to another tape "
                 "(hint: call backward on the tape that recorded the loss)");
+    check_not_escaped("Tape::backward", 0, loss);
     REMAT_CHECK(loss.requires_grad(), "remat::Tape::backward: loss of shape ", loss.shape().str(),
                 " does not require grad: nothing that requires grad contributed to it (was it "
                 "computed under NoGrad, or from inputs only?)");
@@ -144,63 +174,113 @@ class Tape {
       REMAT_CHECK(loss.numel() == 1, "remat::Tape::backward: loss has shape ", loss.shape().str(),
                   "; backward() needs a scalar (did you forget mean()?) or a seed gradient");
     }
-    Tensor<B> g = detail::make_tensor<B>(this, loss.shape());
-    if (seed.defined())
-      B::copy(g.template data<float>(), seed.template data<float>(), g.bytes());
-    else
-      B::fill(g.template data<float>(), 1, 1.0f);
-    if (loss.is_leaf()) {
+    REMAT_CHECK(!in_backward_, "remat::Tape::backward: called while another backward() runs on "
+                "this tape (from inside a checkpointed function?); backward is not reentrant");
+    if (loss.is_leaf()) {  // no node reaches a leaf: nothing to run, nothing consumed
+      Tensor<B> g = seed_grad(loss, seed);
       Tensor<B> lg = leaf_grad(loss.impl_ptr());
       B::add_into(lg.template data<float>(), g.template data<float>(), g.numel());
+      prune();
       return;
     }
-    REMAT_CHECK(loss.impl()->epoch == epoch_, "remat::Tape::backward: this loss's graph was "
-                "already consumed by an earlier backward() (backward twice); run the forward "
-                "pass again to build a new graph");
-    grads_[static_cast<std::size_t>(loss.impl()->id)] = g;
+    REMAT_CHECK(produced_here(loss), "remat::Tape::backward: this loss's graph was already "
+                "consumed by an earlier backward() (backward twice); run the forward pass again "
+                "to build a new graph");
+    // The nodes that reach the loss, found in one reverse sweep (program order is topological).
+    const std::size_t n = nodes_.size();
+    std::vector<char> need(grads_.size(), 0), in_graph(n, 0);
+    need[static_cast<std::size_t>(loss.impl()->id)] = 1;
+    for (std::size_t i = n; i-- > 0;) {
+      const Node<B>& node = nodes_[i];
+      bool reaches = false;
+      for (TensorId id : node.outputs) reaches = reaches || need[static_cast<std::size_t>(id)];
+      if (!reaches) continue;
+      in_graph[i] = 1;
+      for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+        const TensorId id = node.inputs[k].id;
+        if (id < 0) continue;
+        REMAT_CHECK(live_[static_cast<std::size_t>(id)], "remat::Tape::backward: input ", k,
+                    " of op ", node.op, " on the way to this loss was produced by ops that an "
+                    "earlier backward() already consumed (the two losses share part of their "
+                    "graph; NOTE [graph lifetime] 3). Hint: backward(l1 + l2) once, or run the "
+                    "forward pass again");
+        need[static_cast<std::size_t>(id)] = 1;
+      }
+    }
+    // Take the graph off the tape, in program order; the other nodes stay where they were.
+    std::vector<Node<B>> graph;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (in_graph[i]) {
+        for (TensorId id : nodes_[i].outputs) live_[static_cast<std::size_t>(id)] = 0;
+        graph.push_back(std::move(nodes_[i]));
+      } else {
+        if (kept != i) nodes_[kept] = std::move(nodes_[i]);
+        ++kept;
+      }
+    }
+    nodes_.resize(kept);
+    grads_[static_cast<std::size_t>(loss.impl()->id)] = seed_grad(loss, seed);
+    in_backward_ = true;
     try {
-      run_backward(0);
+      run_nodes(graph, 0);
     } catch (...) {
-      clear();
+      in_backward_ = false;
+      graph.clear();
+      drop_from(kept);  // a replay that threw leaves its scratch range
+      for (TensorId id : need_ids(need)) grads_[static_cast<std::size_t>(id)] = Tensor<B>();
+      prune();
       throw;
     }
-    clear();
+    in_backward_ = false;
+    prune();
   }
 
   /// Runs the backward of nodes [begin, end) in reverse and removes them. Gradient slots of
-  /// their outputs must already hold what flows in. Used by backward() and by checkpoint replay.
+  /// their outputs must already hold what flows in. Used by checkpoint replay.
   void run_backward(std::size_t begin) {
-    std::vector<Tensor<B>> douts, dinp;
-    while (nodes_.size() > begin) {
-      Node<B> node = std::move(nodes_.back());
-      nodes_.pop_back();
-      douts.clear();
-      bool any = false;
-      for (TensorId id : node.outputs) {
-        douts.push_back(std::move(grads_[static_cast<std::size_t>(id)]));
-        grads_[static_cast<std::size_t>(id)] = Tensor<B>();
-        any = any || douts.back().defined();
-      }
-      if (!any) continue;  // no gradient reached this node: just drop what it saved
-      for (std::size_t o = 0; o < douts.size(); ++o)
-        if (!douts[o].defined()) douts[o] = zeros(node.output_shapes[o]);
-      dinp.clear();
-      for (const NodeInput<B>& in : node.inputs) dinp.push_back(grad_buffer(in));
-      node.body->backward(*this, douts, dinp);
-    }  // `node` dies here: its saved tensors are released at once
+    std::vector<Node<B>> range;
+    range.reserve(nodes_.size() - begin);
+    for (std::size_t i = begin; i < nodes_.size(); ++i) {
+      for (TensorId id : nodes_[i].outputs) live_[static_cast<std::size_t>(id)] = 0;
+      range.push_back(std::move(nodes_[i]));
+    }
+    nodes_.resize(begin);
+    run_nodes(range, 0);
   }
 
   /// Drops the recorded graph (after backward, or to discard a forward pass).
   void clear() {
     nodes_.clear();
-    grads_.clear();
-    ++epoch_;
-    segments_made_ = 0;
+    reset_ids();
   }
 
   // ---- checkpoint segments (core/segment.hpp, checkpoint/checkpoint.hpp) ---------------------
   /// True while a checkpoint segment runs (first run or replay).
   bool in_segment() const noexcept { return !frames_.empty(); }
+  /// NOTE [escaped tensors]: a tensor made inside a segment's first run, with a gradient
+  /// flowing into it, that reached the outside through a capture (not through the segment's
+  /// outputs). Ops there record nothing, so its gradient would be dropped without a word; the
+  /// ops raise instead. Returns the segment's label, or nullptr for any other tensor.
+  const std::string* escaped_from(const TensorImpl<B>& t) const {
+    if (t.first_run_serial == 0 || t.requires_grad || !t.segment_grad || !t.first_run_label)
+      return nullptr;
+    for (const auto* f : frames_)
+      if (f->serial == t.first_run_serial) return nullptr;  // still inside that segment
+    return t.first_run_label.get();
+  }
+  /// Throws when input i of op is an escaped tensor (NOTE [escaped tensors]) and a gradient
+  /// is wanted (grad mode on).
+  void check_not_escaped(const char* op, std::size_t i, const Tensor<B>& t) const {
+    if (!grad_enabled()) return;
+    const std::string* seg = escaped_from(*t.impl());
+    REMAT_CHECK(seg == nullptr, "remat::", op, ": input ", i, " (shape ", t.shape().str(),
+                ") was made inside ", *seg, " during its first run and left it through a "
+                "capture, not through its outputs; no gradient can flow back through the "
+                "segment's unrecorded interior, so this op would silently drop it. Hint: return "
+                "the tensor from the checkpointed function (outputs may be a tuple or vector), "
+                "use remat::detach() if it needs no gradient, or run this op under NoGrad");
+  }
   /// False while some enclosing segment runs its first (unrecorded) pass.
   bool recording() const noexcept { return unrecorded_ == 0; }
   std::vector<detail::SegmentFrame<B>*>& frames() noexcept { return frames_; }
@@ -214,13 +294,35 @@ class Tape {
     frames_.pop_back();
     if (f->mode != detail::FrameMode::replay) --unrecorded_;
   }
-  /// The next segment id of this graph (segments are numbered in the order they are made).
-  std::size_t next_segment_id() noexcept { return segments_made_++; }
-  /// Per-segment ledger, indexed by segment id; kept across steps (remat::segment_table).
+  /// The row of the per-segment ledger for a segment about to run. A segment is identified by
+  /// its name, the type of its function (each lambda expression has its own: the call site)
+  /// and how many segments of that name and type came before it in this graph (a loop over
+  /// blocks), so a row holds the same segment in every step, whatever else runs around it.
+  std::size_t segment_row(const std::string& name, std::type_index fn) {
+    if (nodes_.empty() && frames_.empty() && !in_backward_) seen_segments_.clear();  // a new graph
+    if (segment_rows_.size() != segment_stats_.size()) segment_rows_.clear();  // rows cleared
+    const int nth = seen_segments_[{name, fn}]++;
+    const auto key = std::make_tuple(name, fn, nth);
+    auto it = segment_rows_.find(key);
+    if (it != segment_rows_.end()) return it->second;
+    const std::size_t row = segment_stats_.size();
+    segment_rows_.emplace(key, row);
+    segment_stats_.emplace_back();
+    segment_stats_.back().name = name.empty() ? "segment " + std::to_string(row) : name;
+    return row;
+  }
+  /// Per-segment ledger, one row per segment identity (segment_row); kept across steps
+  /// (remat::segment_table).
   std::vector<SegmentStats>& segment_stats() noexcept { return segment_stats_; }
-  SegmentStats& segment_stats(std::size_t id) {
-    if (segment_stats_.size() <= id) segment_stats_.resize(id + 1);
-    return segment_stats_[id];
+  SegmentStats& segment_stats(std::size_t row) {
+    if (segment_stats_.size() <= row) segment_stats_.resize(row + 1);  // rows cleared meanwhile
+    return segment_stats_[row];
+  }
+  /// The first row named `name`; nullptr if no segment of that name has run.
+  const SegmentStats* find_segment_stats(const std::string& name) const {
+    for (const auto& st : segment_stats_)
+      if (st.name == name) return &st;
+    return nullptr;
   }
 
   // ---- state ----------------------------------------------------------------------------
@@ -233,6 +335,37 @@ class Tape {
     return s;
   }
   std::vector<Tensor<B>>& grad_slots() noexcept { return grads_; }
+  /// Frees the nodes that no living tensor can reach any more (NOTE [graph lifetime] 2);
+  /// backward() and recording call it, so a caller rarely needs to.
+  void prune() {
+    if (in_backward_ || !frames_.empty()) return;
+    std::vector<char> need(grads_.size(), 0);
+    bool removed = false;
+    for (std::size_t i = nodes_.size(); i-- > 0;) {  // later nodes first: their saved go first
+      Node<B>& node = nodes_[i];
+      bool alive = false;
+      for (TensorId id : node.outputs) {
+        const auto u = static_cast<std::size_t>(id);
+        alive = alive || need[u] || !owners_[u].expired();
+      }
+      if (alive) {
+        for (const NodeInput<B>& in : node.inputs)
+          if (in.id >= 0) need[static_cast<std::size_t>(in.id)] = 1;
+        continue;
+      }
+      for (TensorId id : node.outputs) {
+        live_[static_cast<std::size_t>(id)] = 0;
+        grads_[static_cast<std::size_t>(id)] = Tensor<B>();
+      }
+      node.body.reset();  // releases what it saved now, so earlier nodes see their outputs die
+      removed = true;
+    }
+    if (removed)
+      nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(),
+                                  [](const Node<B>& nd) { return nd.body == nullptr; }),
+                   nodes_.end());
+    if (nodes_.empty() && frames_.empty()) reset_ids();
+  }
 
   /// Seed and counter of the tape's random stream (dropout). Each draw of n numbers takes
   /// the next n counters: next_rng_offset(n) returns the first.
@@ -259,12 +392,77 @@ class Tape {
  private:
   Tensor<B> from_host(const Shape& shape, const void* data, std::size_t n, DType dt, Category c,
                       const char* what) {
-    REMAT_CHECK(static_cast<std::int64_t>(n) == shape.numel(), "remat::Tape::", what,
+    shape.check_concrete(what);
+    REMAT_CHECK(static_cast<std::int64_t>(n) == shape.numel(), "remat::", what,
                 ": shape ", shape.str(), " has ", shape.numel(), " elements but ", n,
                 " values were given");
     auto t = detail::make_tensor<B>(this, shape, dt, c);
     if (n) B::copy_from_host(t.storage()->data(), data, t.bytes());
     return t;
+  }
+
+  static constexpr std::size_t kPruneMin = 256;
+
+  /// True when t is the output of a node still on this tape.
+  bool produced_here(const Tensor<B>& t) const {
+    const TensorId id = t.impl()->id;
+    return t.impl()->epoch == epoch_ && id >= 0 && static_cast<std::size_t>(id) < live_.size() &&
+           live_[static_cast<std::size_t>(id)];
+  }
+  Tensor<B> seed_grad(const Tensor<B>& loss, const Tensor<B>& seed) {
+    Tensor<B> g = detail::make_tensor<B>(this, loss.shape());
+    if (seed.defined())
+      B::copy(g.template data<float>(), seed.template data<float>(), g.bytes());
+    else
+      B::fill(g.template data<float>(), 1, 1.0f);
+    return g;
+  }
+  static std::vector<TensorId> need_ids(const std::vector<char>& need) {
+    std::vector<TensorId> ids;
+    for (std::size_t i = 0; i < need.size(); ++i)
+      if (need[i]) ids.push_back(static_cast<TensorId>(i));
+    return ids;
+  }
+  /// Runs the backward of `nodes` (in program order) from the last to the first, each node
+  /// dying (with what it saved) as soon as it has run.
+  void run_nodes(std::vector<Node<B>>& nodes, std::size_t begin) {
+    std::vector<Tensor<B>> douts, dinp;
+    while (nodes.size() > begin) {
+      Node<B> node = std::move(nodes.back());
+      nodes.pop_back();
+      douts.clear();
+      bool any = false;
+      for (TensorId id : node.outputs) {
+        douts.push_back(std::move(grads_[static_cast<std::size_t>(id)]));
+        grads_[static_cast<std::size_t>(id)] = Tensor<B>();
+        any = any || douts.back().defined();
+      }
+      if (!any) continue;  // no gradient reached this node: just drop what it saved
+      for (std::size_t o = 0; o < douts.size(); ++o)
+        if (!douts[o].defined()) douts[o] = zeros(node.output_shapes[o]);
+      dinp.clear();
+      for (const NodeInput<B>& in : node.inputs) dinp.push_back(grad_buffer(in));
+      node.body->backward(*this, douts, dinp);
+    }  // `node` dies here: its saved tensors are released at once
+  }
+  /// Removes the nodes from `begin` on (what a failed replay recorded).
+  void drop_from(std::size_t begin) {
+    while (nodes_.size() > begin) {
+      for (TensorId id : nodes_.back().outputs) {
+        live_[static_cast<std::size_t>(id)] = 0;
+        grads_[static_cast<std::size_t>(id)] = Tensor<B>();
+      }
+      nodes_.pop_back();
+    }
+  }
+  /// With no node left, tensor ids start again from 0 in a new epoch (old ids become stale).
+  void reset_ids() {
+    grads_.clear();
+    owners_.clear();
+    live_.clear();
+    ++epoch_;
+    seen_segments_.clear();
+    prune_mark_ = kPruneMin;
   }
 
   NodeInput<B> make_input(const char* op, std::size_t i, const Tensor<B>& t) {
@@ -275,10 +473,10 @@ class Tape {
     if (t.is_leaf()) {
       in.leaf = t.impl_ptr();
     } else {
-      REMAT_CHECK(t.impl()->epoch == epoch_, "remat::", op, ": input ", i,
-                  " was produced by a graph that backward() already consumed; its gradient "
-                  "cannot flow further (hint: recompute it, or use remat::detach() to treat it "
-                  "as a constant)");
+      REMAT_CHECK(produced_here(t), "remat::", op, ": input ", i,
+                  " was produced by ops that backward() already consumed (or clear() dropped); "
+                  "its gradient cannot flow further (hint: recompute it, or use remat::detach() "
+                  "to treat it as a constant)");
       in.id = t.impl()->id;
     }
     return in;
@@ -296,14 +494,19 @@ class Tape {
 
   std::vector<Node<B>> nodes_;
   std::vector<Tensor<B>> grads_;  // gradient slot per recorded tensor id, this epoch
+  std::vector<std::weak_ptr<TensorImpl<B>>> owners_;  // per id: the handle made (liveness)
+  std::vector<char> live_;        // per id: its node is still on the tape
+  std::size_t prune_mark_ = kPruneMin;
+  bool in_backward_ = false;
   std::uint64_t epoch_ = 1;
   std::uint64_t seed_ = 0x5eed;
   std::uint64_t rng_offset_ = 0;
   std::vector<detail::SegmentFrame<B>*> frames_;
   int unrecorded_ = 0;
   std::uint64_t frame_serial_ = 0;
-  std::size_t segments_made_ = 0;
   std::vector<SegmentStats> segment_stats_;
+  std::map<std::tuple<std::string, std::type_index, int>, std::size_t> segment_rows_;
+  std::map<std::pair<std::string, std::type_index>, int> seen_segments_;  // this graph
 };
 
 }  // namespace remat

@@ -40,6 +40,11 @@ struct TensorImpl {
   bool segment_grad = false;     // a gradient would flow through this tensor
   std::int64_t segment_op = -1;  // index of the op that made it in the innermost segment
   std::uint64_t segment_serial = 0;  // ... and that segment frame's serial number
+  // The innermost segment in its first run when an op made this tensor (0: none), and its
+  // label: an op outside that segment must not take it while a gradient is needed, since no
+  // gradient path leads back through the segment's unrecorded interior (NOTE [escaped tensors]).
+  std::uint64_t first_run_serial = 0;
+  std::shared_ptr<const std::string> first_run_label;
 };
 
 template <class B>
@@ -122,6 +127,7 @@ namespace detail {
 template <class B>
 Tensor<B> make_tensor(Tape<B>* tape, const Shape& shape, DType dt = DType::f32,
                       Category c = Category::temporaries) {
+  shape.check_concrete("Tensor");  // a backstop: factories and ops check with their own names
   auto impl = std::make_shared<TensorImpl<B>>();
   impl->storage = std::make_shared<Storage<B>>(
       static_cast<std::size_t>(shape.numel()) * dtype_size(dt), c);
@@ -137,6 +143,7 @@ Tensor<B> empty_like(const Tensor<B>& t) {
 /// A tensor sharing `t`'s storage under another shape (same element count).
 template <class B>
 Tensor<B> alias(const Tensor<B>& t, const Shape& shape) {
+  REMAT_ASSERT(shape.is_concrete() && shape.numel() == t.numel());
   auto impl = std::make_shared<TensorImpl<B>>();
   impl->storage = t.storage();
   impl->shape = shape;

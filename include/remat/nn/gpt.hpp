@@ -25,7 +25,10 @@ namespace nn {
 ///   block       each block a segment;
 ///   every:N     runs of N blocks as segments;
 ///   sqrt        about sqrt(L) segments of about sqrt(L) blocks (Chen et al. 2016);
-///   selective   each block a segment that keeps its linear layers' outputs;
+///   save_linear each block a segment that keeps its linear layers' outputs and recomputes
+///               the rest (norms, GELU, the attention core); `selective` is its old name, still
+///               accepted (deprecated: Megatron's selective recompute is another policy,
+///               policy::megatron_selective, which recomputes only the attention core);
 ///   budget:SIZE the fastest schedule whose whole training step (parameters, gradients,
 ///               optimizer state, activations, scratch) peaks at most at SIZE bytes, e.g.
 ///               budget:300MiB, budget:1.5GiB (planned by nn::plan_checkpoint, gpt_plan.hpp);
@@ -34,11 +37,14 @@ namespace nn {
 /// its forward at once. Every strategy runs as a plan::Schedule (plan/chain.hpp) through
 /// checkpoint(); budget and auto carry the one their plan chose.
 struct CheckpointStrategy {
-  enum class Kind { none, block, every, sqrt, selective, budget, automatic };
+  enum class Kind {
+    none, block, every, sqrt, save_linear, budget, automatic,
+    selective = save_linear  // deprecated name of save_linear
+  };
   Kind kind = Kind::none;
   std::int64_t every = 1;
   std::int64_t budget_bytes = 0;  // budget: as given; auto: what was free when planned
-  std::string spec;               // budget and auto: the text parsed, as str() gives it back
+  std::string spec;               // budget, auto, save_linear: the text parsed, as str() gives it back
   std::shared_ptr<const plan::Schedule> schedule;  // budget and auto, once planned
 
   static CheckpointStrategy parse(const std::string& s) {
@@ -46,7 +52,10 @@ struct CheckpointStrategy {
     if (s == "none") return c;
     if (s == "block") c.kind = Kind::block;
     else if (s == "sqrt") c.kind = Kind::sqrt;
-    else if (s == "selective") c.kind = Kind::selective;
+    else if (s == "save_linear" || s == "selective") {  // "selective": deprecated name
+      c.kind = Kind::save_linear;
+      c.spec = s;
+    }
     else if (s == "auto") {
       c.kind = Kind::automatic;
       c.spec = s;
@@ -64,7 +73,7 @@ struct CheckpointStrategy {
                   "with N >= 1, e.g. every:2)");
     } else {
       REMAT_CHECK(false, "remat::CheckpointStrategy: unknown strategy '", s,
-                  "' (expected none, block, every:N, sqrt, selective, budget:SIZE or auto)");
+                  "' (expected none, block, every:N, sqrt, save_linear, budget:SIZE or auto)");
     }
     return c;
   }
@@ -74,7 +83,7 @@ struct CheckpointStrategy {
       case Kind::block: return "block";
       case Kind::every: return "every:" + std::to_string(every);
       case Kind::sqrt: return "sqrt";
-      case Kind::selective: return "selective";
+      case Kind::save_linear: return spec.empty() ? "save_linear" : spec;
       case Kind::budget:
       case Kind::automatic: return spec;
     }
@@ -87,7 +96,7 @@ struct CheckpointStrategy {
     switch (kind) {
       case Kind::none: return 0;
       case Kind::block:
-      case Kind::selective: return 1;
+      case Kind::save_linear: return 1;
       case Kind::every: return every;
       case Kind::sqrt: {
         const auto segments = std::max<std::int64_t>(1, std::llround(std::sqrt(double(L))));
@@ -130,12 +139,12 @@ inline plan::Schedule fixed_schedule(const CheckpointStrategy& s, std::int64_t L
   const int n = static_cast<int>(L);
   plan::Schedule out{plan::make_keep(0, 0)};
   const std::int64_t group = s.group(L);
-  const bool selective = s.kind == CheckpointStrategy::Kind::selective;
+  const bool save_linear = s.kind == CheckpointStrategy::Kind::save_linear;
   for (int lo = 0; lo < n;) {
     const int hi = group <= 0 ? n : std::min(n, lo + static_cast<int>(group));
     if (hi == n) {  // the last run: no segment
       for (int i = lo; i < hi; ++i) out.push_back(plan::make_keep(i + 1, 0));
-    } else if (selective) {
+    } else if (save_linear) {
       out.push_back(plan::make_keep(lo + 1, 2));
     } else {
       plan::Schedule inner;

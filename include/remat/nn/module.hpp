@@ -58,6 +58,7 @@ namespace init {
 /// A parameter of N(0, std^2) draws, reproducible from `seed` on every backend.
 template <class B>
 Tensor<B> normal(Tape<B>& tape, const Shape& shape, float std, std::uint64_t seed) {
+  shape.check_concrete("nn::init::normal");
   if constexpr (is_meta_backend_v<B>) return tape.parameter(shape);  // no values to draw
   std::vector<float> h(static_cast<std::size_t>(shape.numel()));
   for (std::size_t i = 0; i < h.size(); ++i) h[i] = std * rng::normal(seed, 0x1417, i);
@@ -66,6 +67,7 @@ Tensor<B> normal(Tape<B>& tape, const Shape& shape, float std, std::uint64_t see
 /// A parameter filled with `value`.
 template <class B>
 Tensor<B> constant(Tape<B>& tape, const Shape& shape, float value) {
+  shape.check_concrete("nn::init::constant");
   if constexpr (is_meta_backend_v<B>) return tape.parameter(shape);
   return tape.parameter(shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), value));
 }

@@ -1,18 +1,29 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// Elementwise arithmetic: add, sub, mul, div of two tensors (the smaller shape broadcast over
-// the leading dimensions of the larger: a bias (C) against (B, T, C)), scalar forms, operators.
+// Elementwise arithmetic: add, sub, mul, div of two tensors (NumPy's broadcasting, in either
+// operand order: a bias (C) against (B, T, C)), scalar forms, operators.
 
+#include <algorithm>
 #include <array>
 
 #include "remat/core/apply.hpp"
 #include "remat/ops/math.hpp"
+#include "remat/ops/matmul.hpp"
+#include "remat/ops/view.hpp"
 
 namespace remat {
 namespace detail {
 
-// How two shapes broadcast: equal, or one is a trailing suffix of the other (leading 1s of the
-// smaller ignored). out = the larger, viewed as (outer, inner); inner = numel of the smaller.
+// NOTE [broadcasting]
+// NumPy's rule, whichever operand comes first: align the shapes at their last dimension (the
+// shorter is padded with leading 1s); each pair of dimensions must be equal or contain a 1, and
+// the result takes the other one. add([1, 2, 3], [2, 3]) and add([2, 3], [1, 2, 3]) are both
+// [1, 2, 3]; [2, 1] against [1, 3] is [2, 3].
+// The kernels see two forms: equal element counts, or one operand repeated over the leading
+// dimensions of the result (y (outer, inner) = a op b with b (inner): a bias [C] against
+// [B, T, C], or a one-element tensor). An operand that fits neither (a 1 inside the shape, as
+// [2, 1] against [2, 3]) is first expanded to the result's shape by composite ops (a product
+// with a row of ones per expanded axis), so its gradient is summed back by their backward.
 struct Broadcast {
   Shape out;
   std::int64_t outer = 1, inner = 1;
@@ -23,33 +34,86 @@ inline Shape strip_leading_ones(const Shape& s) {
   while (i < s.rank() - 1 && s[i] == 1) ++i;
   return s.sub(i, s.rank());
 }
+/// The result shape of a op b under NumPy's rule; throws when they do not broadcast.
+inline Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
+  const int r = std::max(a.rank(), b.rank());
+  Shape out;
+  for (int i = r; i >= 1; --i) {
+    const std::int64_t da = i <= a.rank() ? a[-i] : 1, db = i <= b.rank() ? b[-i] : 1;
+    REMAT_CHECK(da == db || da == 1 || db == 1, "remat::", op, ": shapes do not broadcast: a is ",
+                a.str(), ", b is ", b.str(), "; dimension ", -i, " is ", da, " against ", db,
+                " (NumPy's rule: aligned at the last dimension, each pair equal or one of them 1)");
+    out.push_back(da == 1 ? db : da);
+  }
+  return out;
+}
+/// True when x can enter the kernels as it is against the result `out`: all of it, one element,
+/// or a block that repeats over out's leading dimensions.
+inline bool fits_kernel(const Shape& x, const Shape& out) {
+  return x.numel() == out.numel() || x.numel() == 1 || out.ends_with(strip_leading_ones(x));
+}
+/// The kernel form of a op b; both operands must fit it (fits_kernel).
 inline Broadcast broadcast(const char* op, const Shape& a, const Shape& b) {
   Broadcast r;
-  if (a == b) {
-    r.out = a;
-    r.inner = a.numel();
+  r.out = broadcast_shape(op, a, b);
+  const std::int64_t n = r.out.numel();
+  if (n == 0) {  // nothing to compute, nothing to sum
+    r.outer = r.inner = 0;
     return r;
   }
-  const Shape sa = strip_leading_ones(a), sb = strip_leading_ones(b);
-  if (a.numel() >= b.numel() && a.ends_with(sb)) {
-    r.out = a;
-    r.b_bcast = true;
-  } else if (b.numel() > a.numel() && b.ends_with(sa)) {
-    r.out = b;
-    r.a_bcast = true;
-  } else {
-    REMAT_CHECK(false, "remat::", op, ": shapes do not broadcast: a is ", a.str(), ", b is ",
-                b.str(), " (expected equal shapes, or one equal to the trailing dimensions of the "
-                "other, like a bias [C] against [B, T, C])");
-  }
-  r.inner = r.a_bcast ? a.numel() : b.numel();
-  r.outer = r.inner ? r.out.numel() / r.inner : 0;
+  r.a_bcast = a.numel() != n;
+  r.b_bcast = b.numel() != n;
+  REMAT_ASSERT(!(r.a_bcast && r.b_bcast) && fits_kernel(a, r.out) && fits_kernel(b, r.out));
+  r.inner = r.a_bcast ? a.numel() : r.b_bcast ? b.numel() : n;
+  r.outer = n / r.inner;
   return r;
+}
+
+/// x expanded to `out` (x broadcasts to it): per axis where x has 1 and out has n, the rows of
+/// x as a column times a row of n ones. Composite ops, so the backward sums the copies.
+template <class B>
+Tensor<B> expand_to(const Tensor<B>& x, const Shape& out) {
+  Shape xs;
+  for (int i = x.rank(); i < out.rank(); ++i) xs.push_back(1);
+  for (int i = 0; i < x.rank(); ++i) xs.push_back(x.shape()[i]);
+  Tensor<B> t = reshape(x, xs);
+  for (int k = 0; k < out.rank(); ++k) {
+    if (xs[k] == out[k]) continue;
+    const std::int64_t pre = xs.prod(0, k), post = xs.prod(k + 1, xs.rank()), n = out[k];
+    Tensor<B> ones = make_tensor<B>(&x.tape(), Shape{1, n});
+    B::fill(ones.template data<float>(), n, 1.0f);
+    Tensor<B> m = matmul(reshape(t, Shape{pre * post, 1}), ones);  // (pre post, n)
+    if (post > 1) m = permute(reshape(m, Shape{pre, post, n}), {0, 2, 1});  // (pre, n, post)
+    xs[k] = n;
+    t = reshape(m, xs);
+  }
+  return t;
+}
+
+/// a op b under NumPy's rule: expands an operand only when the kernels cannot take it as it is.
+template <class Op, class B>
+Tensor<B> apply_broadcast(const Tensor<B>& a, const Tensor<B>& b, math::BinaryKind kind,
+                          const char* op) {
+  REMAT_CHECK(a.defined() && b.defined(), "remat::", op, ": input ", a.defined() ? 1 : 0,
+              " is an undefined tensor (hint: was it assigned the result of an op?)");
+  a.tape().check_not_escaped(op, 0, a);  // NOTE [escaped tensors], under the op's own name
+  b.tape().check_not_escaped(op, 1, b);
+  const Shape out = broadcast_shape(op, a.shape(), b.shape());
+  const std::int64_t n = out.numel();
+  if (n == 0 || (fits_kernel(a.shape(), out) && fits_kernel(b.shape(), out) &&
+                 (a.numel() == n || b.numel() == n)))
+    return apply<Op>(std::array<Tensor<B>, 2>{a, b}, kind, op);
+  detail::check_f32(op, "a", a);
+  detail::check_f32(op, "b", b);
+  Tensor<B> ea = fits_kernel(a.shape(), out) ? a : expand_to(a, out);
+  const Tensor<B> eb = fits_kernel(b.shape(), out) ? b : expand_to(b, out);
+  if (ea.numel() != n && eb.numel() != n) ea = expand_to(ea, out);
+  return apply<Op>(std::array<Tensor<B>, 2>{ea, eb}, kind, op);
 }
 
 }  // namespace detail
 
-// y = a op b with trailing broadcast.
+// y = a op b, broadcast as NOTE [broadcasting].
 // d/da: add 1, sub 1, mul b, div 1/b;  d/db: add 1, sub -1, mul a, div -a/b^2;
 // a broadcast operand's gradient is summed over the leading (broadcast) dimensions.
 struct BinaryOp {
@@ -136,21 +200,21 @@ struct AffineOp {
   }
 };
 
-/// a + b (trailing broadcast)
+/// a + b (NumPy broadcasting)
 template <class B> Tensor<B> add(const Tensor<B>& a, const Tensor<B>& b) {
-  return detail::apply<BinaryOp>(std::array<Tensor<B>, 2>{a, b}, math::BinaryKind::add, "add");
+  return detail::apply_broadcast<BinaryOp>(a, b, math::BinaryKind::add, "add");
 }
-/// a - b (trailing broadcast)
+/// a - b (NumPy broadcasting)
 template <class B> Tensor<B> sub(const Tensor<B>& a, const Tensor<B>& b) {
-  return detail::apply<BinaryOp>(std::array<Tensor<B>, 2>{a, b}, math::BinaryKind::sub, "sub");
+  return detail::apply_broadcast<BinaryOp>(a, b, math::BinaryKind::sub, "sub");
 }
-/// a * b elementwise (trailing broadcast)
+/// a * b elementwise (NumPy broadcasting)
 template <class B> Tensor<B> mul(const Tensor<B>& a, const Tensor<B>& b) {
-  return detail::apply<BinaryOp>(std::array<Tensor<B>, 2>{a, b}, math::BinaryKind::mul, "mul");
+  return detail::apply_broadcast<BinaryOp>(a, b, math::BinaryKind::mul, "mul");
 }
-/// a / b elementwise (trailing broadcast)
+/// a / b elementwise (NumPy broadcasting)
 template <class B> Tensor<B> div(const Tensor<B>& a, const Tensor<B>& b) {
-  return detail::apply<BinaryOp>(std::array<Tensor<B>, 2>{a, b}, math::BinaryKind::div, "div");
+  return detail::apply_broadcast<BinaryOp>(a, b, math::BinaryKind::div, "div");
 }
 /// scale * x + shift, elementwise
 template <class B> Tensor<B> affine(const Tensor<B>& x, float scale, float shift) {

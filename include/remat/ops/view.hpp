@@ -35,6 +35,7 @@ struct ReshapeOp {
                   shape.str(), " for ", x.numel(), " elements (shape ", x.shape().str(), ")");
       shape[infer] = x.numel() / known;
     }
+    shape.check_concrete(name);
     REMAT_CHECK(shape.numel() == x.numel(), "remat::reshape: ", x.shape().str(), " has ",
                 x.numel(), " elements, the new shape ", shape.str(), " has ", shape.numel(),
                 " (expected the same count)");

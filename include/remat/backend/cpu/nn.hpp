@@ -66,15 +66,16 @@ struct CpuNn {
   // xhat = (x - mean) rstd, g = dy w:
   //   dx += rstd (g - mean(g) - xhat mean(g xhat)),  dw += sum_rows dy xhat,  db += sum_rows dy
   // dw and db sum per thread, then in thread order: deterministic for a fixed thread count.
+  // Scratch per chunk: its dw and db rows, then its xhat and g rows (no heap behind the ledger).
   static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy,
                                   const float* x, const float* w, const float* mean,
                                   const float* rstd, std::int64_t rows, std::int64_t C) {
     const int T = layer_norm_chunks(rows);
     const Scratch<float> part(layer_norm_backward_scratch(rows, C) / sizeof(float));
-    std::fill(part.data(), part.data() + part.size(), 0.0f);
+    std::fill(part.data(), part.data() + 2 * T * C, 0.0f);
     parallel_for_chunks(rows, T, [&](int t, std::int64_t rb, std::int64_t re) {
       Arr pw(part.data() + 2 * t * C, C), pb(part.data() + (2 * t + 1) * C, C);
-      Eigen::ArrayXf xhat(C), g(C);
+      Arr xhat(part.data() + (2 * T + 2 * t) * C, C), g(part.data() + (2 * T + 2 * t + 1) * C, C);
       for (std::int64_t r = rb; r < re; ++r) {
         CArr X(x + r * C, C), G(dy + r * C, C);
         xhat = (X - mean[r]) * rstd[r];
@@ -94,9 +95,10 @@ struct CpuNn {
     }
   }
 
-  /// Bytes of the partial sums layer_norm_backward allocates (one dw and db row per chunk).
+  /// Bytes of the scratch layer_norm_backward allocates: per chunk a dw and a db row of partial
+  /// sums and an xhat and a g row.
   static std::size_t layer_norm_backward_scratch(std::int64_t rows, std::int64_t C) {
-    return static_cast<std::size_t>(2 * layer_norm_chunks(rows) * C) * sizeof(float);
+    return static_cast<std::size_t>(4 * layer_norm_chunks(rows) * C) * sizeof(float);
   }
 
   // y (rows, C) = softmax over the last axis of x
