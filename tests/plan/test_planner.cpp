@@ -418,7 +418,8 @@ TEST_CASE(
   REQUIRE(planner.plan(r.peak - 1).time_s > r.time_s);
   const Plan lean = planner.plan(planner.min_feasible());
   INFO(describe(lean.schedule));
-  REQUIRE(lean.time_s > planner.plan(r.peak - 1).time_s);
+  REQUIRE(planner.min_feasible() <= r.peak - 1);  // frames (3 per level) eat what nesting saves
+  REQUIRE(lean.time_s >= planner.plan(r.peak - 1).time_s);
   REQUIRE(lean.table().find("S1.1") != std::string::npos);
   // the table names every stage and the fifth segment
   const std::string table = p.table();

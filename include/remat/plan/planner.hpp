@@ -29,7 +29,9 @@ namespace remat::plan {
 //   TAPE_k(s,t,m) = FB_sk + [s<t] C(s+1, t, m - A_sk)
 //       valid if  Gf_t + A_sk + Pf_sk <= m                 (F_all(s))
 //           and   X_s + A_sk + X_{s-1} + Pb_sk <= m        (B(s): delta_s, tape, delta_{s-1})
-//   CKPT_j(s,t,m) = sum_{i=s}^{j-1} Fn_i + C(j, t, m - X_{j-1}) + C(s, j-1, m),  s < j <= t
+//   CKPT_j(s,t,m) = sum_{i=s}^{j-1} Fn_i + C(j, t, m - X_{j-1}) + C(s, j-1, m - Fr(s,j-1)),
+//                   s < j <= t, where Fr(s,l) = X_{s-1} + 2 X_l is the segment's frame (NOTE
+//                   [chain model]): what the checkpoint() call that replays it holds on top
 //       valid if  stages s..j-1 can be checkpointed and, for i in s..j-1,
 //                 Gf_t + X_i + [i>s] X_{i-1} + Pn_i <= m   (the sweep F_ck(s), F_nograd(s+1..j-1))
 //   C(s,t,m) = min over both (infinity if none is valid)
@@ -275,6 +277,8 @@ class Planner {
   double value(int s, int t, int m) const { return T_[row_[ix(s, t)] + idx(m)]; }
   std::int64_t Gf(int t) const { return t < n_ ? X_[idx(t)] : 0; }
   std::int64_t x(int b) const { return X_[idx(b)]; }
+  // slots of the frame of a segment over stages s..l (chain.hpp detail::frame_bytes)
+  std::int64_t frame(int s, int l) const { return x(s - 1) + 2 * x(l); }
 
   std::int64_t to_slots(std::int64_t bytes) const { return (bytes + unit_ - 1) / unit_; }
 
@@ -325,7 +329,7 @@ class Planner {
     double sweep = 0;
     for (int i = s; i < j; ++i) sweep += Fn_[idx(i)];
     const std::size_t pt = row_[ix(j, t)] + idx(m - x(j - 1));
-    const std::size_t pr = row_[ix(s, j - 1)] + idx(m);
+    const std::size_t pr = row_[ix(s, j - 1)] + idx(m - frame(s, j - 1));
     return {sweep + T_[pt] + T_[pr], sat(1u + S_[pt] + S_[pr])};
   }
   static std::uint16_t sat(unsigned v) { return static_cast<std::uint16_t>(std::min(v, 65535u)); }
@@ -416,7 +420,9 @@ class Planner {
             sweep_req = std::max(sweep_req, Gf(t) + x(i) + (i > s ? x(i - 1) : 0) + Pn_[idx(i)]);
             if (sweep_req > M_) break;  // a longer sweep cannot fit either
             sweep += Fn_[idx(i)];
-            const int m0 = clampm(std::max<std::int64_t>({sweep_req, x(i) + mlo(j, t), mlo(s, i)}));
+            const std::int64_t fr = frame(s, i);
+            const int m0 =
+                clampm(std::max<std::int64_t>({sweep_req, x(i) + mlo(j, t), fr + mlo(s, i)}));
             if (m0 >= hi) continue;
             const double bound = (sweep + lb_all) / (1.0 + kPrune);
             const auto cut = std::partition_point(upper.begin() + m0, upper.begin() + hi,
@@ -425,8 +431,8 @@ class Planner {
             if (m1 <= m0) continue;
             const double* Tt = &T_[row_[ix(j, t)]] - x(i);  // Tt[m] = C(j, t, m - X_{j-1})
             const std::uint16_t* St = &S_[row_[ix(j, t)]] - x(i);
-            const double* Tr = &T_[row_[ix(s, i)]];  // Tr[m] = C(s, j-1, m)
-            const std::uint16_t* Sr = &S_[row_[ix(s, i)]];
+            const double* Tr = &T_[row_[ix(s, i)]] - fr;  // Tr[m] = C(s, j-1, m - Fr)
+            const std::uint16_t* Sr = &S_[row_[ix(s, i)]] - fr;
             const double sw = sweep;
             offer(
                 m0, m1, best, sg, ch, static_cast<Code>(-j),
@@ -476,7 +482,7 @@ class Planner {
         s += 1;
       } else {
         const int j = -c;
-        out.push_back(make_segment(s - 1, j - 2, build(s, j - 1, m)));
+        out.push_back(make_segment(s - 1, j - 2, build(s, j - 1, m - static_cast<int>(frame(s, j - 1)))));
         m -= static_cast<int>(x(j - 1));
         s = j;
       }
