@@ -265,6 +265,16 @@ TEST_CASE("snapshot optimizer state must be finite (and v >= 0)", "[io][snapshot
     edit(p, "", nullptr, c.tensor, c.x);
     require_error([&] { load(p); }, {"optimizer state '", c.tensor, "at element 0"});
   }
+  // A rejected snapshot changes nothing: the checks run before any tensor is copied.
+  save_snapshot(p);
+  edit(p, "", nullptr, "adamw.v.ln_f.bias", -1.0f);  // the last parameter's
+  Tape<Cpu> tape;
+  nn::GPT<Cpu> model(tape, small_config());
+  optim::AdamW<Cpu> opt(model.parameters(), {1e-2f});
+  const auto before = model.parameters()[0].to_vector();
+  REQUIRE_THROWS_AS(io::load_state(p, model, &opt, NoSgd{}), Error);
+  CHECK(model.parameters()[0].to_vector() == before);
+  CHECK_FALSE(opt.has_moments(0));
   std::remove(p.c_str());
 }
 

@@ -110,6 +110,15 @@ class AtomicFile {
       REMAT_CHECK(false, "remat::io::", what_, ": renaming '", tmp_, "' to '", path_, "' failed: ",
                   std::strerror(e));
     }
+    // The rename itself reaches the disk with the folder's entry (best effort: some file
+    // systems refuse fsync on a folder).
+    const std::size_t slash = path_.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
   }
   const std::string& temp_path() const { return tmp_; }
 

@@ -62,7 +62,7 @@ void restore(const SafetensorsFile& f, const std::string& key, const Shape& shap
                   "remat::io::load_state: optimizer state '", key, "' in '", path, "' has ", v[i],
                   " at element ", i, " (expected ", check == Values::finite ? "finite values" :
                   "finite values >= 0", "; a corrupt snapshot would make every later loss NaN)");
-  if (!v.empty()) B::copy_from_host(dst, v.data(), v.size() * 4);
+  if (dst && !v.empty()) B::copy_from_host(dst, v.data(), v.size() * 4);  // null: check only
 }
 inline const std::string& meta(const SafetensorsFile& f, const char* k, const std::string& path) {
   auto it = f.metadata.find(k);
@@ -198,18 +198,24 @@ TrainState load_state_impl(const SafetensorsFile& f, const std::string& path, nn
   st.rng_offset = meta_int<std::uint64_t>(f, "rng_offset", path, 0, ~std::uint64_t{0});
   const std::int64_t adamw_steps =
       adamw ? meta_int<std::int64_t>(f, "adamw_steps", path, 0, kInt64Max) : 0;
+  // Then every tensor (presence, shape, values) in a first pass that copies nothing, so a
+  // rejected snapshot leaves the model and the optimizer as they were.
   const auto& named = model.named_parameters();
-  for (std::size_t i = 0; i < named.size(); ++i) {
-    const auto& [name, t] = named[i];
-    detail::restore<B>(f, "model." + name, t.shape(), t.template data<float>(), path);
-    if (adamw && (f.tensors.count("adamw.m." + name) || f.tensors.count("adamw.v." + name))) {
-      const auto [m, v] = adamw->moments(i);
-      detail::restore<B>(f, "adamw.m." + name, t.shape(), m, path, Values::finite);
-      detail::restore<B>(f, "adamw.v." + name, t.shape(), v, path, Values::finite_nonnegative);
+  for (const bool apply : {false, true}) {
+    const auto checked = [apply](Values v) { return apply ? Values::any : v; };  // once is enough
+    for (std::size_t i = 0; i < named.size(); ++i) {
+      const auto& [name, t] = named[i];
+      detail::restore<B>(f, "model." + name, t.shape(), apply ? t.template data<float>() : nullptr, path);
+      if (adamw && (f.tensors.count("adamw.m." + name) || f.tensors.count("adamw.v." + name))) {
+        const auto mv = apply ? adamw->moments(i) : std::pair<float*, float*>{nullptr, nullptr};
+        detail::restore<B>(f, "adamw.m." + name, t.shape(), mv.first, path, checked(Values::finite));
+        detail::restore<B>(f, "adamw.v." + name, t.shape(), mv.second, path,
+                           checked(Values::finite_nonnegative));
+      }
+      if (sgd && f.tensors.count("sgd.momentum." + name))
+        detail::restore<B>(f, "sgd.momentum." + name, t.shape(),
+                           apply ? sgd->momentum_buffer(i) : nullptr, path, checked(Values::finite));
     }
-    if (sgd && f.tensors.count("sgd.momentum." + name))
-      detail::restore<B>(f, "sgd.momentum." + name, t.shape(), sgd->momentum_buffer(i), path,
-                         Values::finite);
   }
   if (adamw) adamw->set_steps(adamw_steps);
   for (const auto& [k, v] : f.metadata) st.extra[k] = v;
