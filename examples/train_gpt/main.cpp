@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -145,7 +146,15 @@ int run(const Flags& f, const CLI::App& app) {
 
   int start = 0;
   if (!f.resume.empty()) {
+    // load_state checks the snapshot's model config against these flags (--layers, --d,
+    // --heads, --vocab, --seq, --dropout) and parses every field strictly.
     const io::TrainState st = io::load_state(f.resume, model, use_adamw, use_sgd);
+    REMAT_CHECK(st.step <= std::numeric_limits<int>::max(), "train_gpt: '",
+                f.resume, "' is at step ", st.step, ", past what --steps can count (expected at "
+                "most ", std::numeric_limits<int>::max(), ")");
+    REMAT_CHECK(st.data_position < static_cast<std::int64_t>(batches.tokens().size()),
+                "train_gpt: '", f.resume, "' has data position ", st.data_position, " but the data has ",
+                batches.tokens().size(), " tokens (resume with the data the snapshot was trained on)");
     start = static_cast<int>(st.step);
     batches.set_position(st.data_position);
     tape.set_seed(st.rng_seed);

@@ -6,14 +6,18 @@ set -u
 BIN=$1
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
-fails=0
-ok() { echo "ok: $1"; }
+fails=0 passes=0
+ok() { echo "ok: $1"; passes=$((passes + 1)); }
 bad() { echo "FAILED: $1"; fails=$((fails + 1)); }
 
 # expect_error NAME REGEX ARGS...: exit code 1 (not a signal) and REGEX on stderr
 expect_error() {
   local name=$1 re=$2; shift 2
-  "$BIN" "$@" >"$DIR/out" 2>"$DIR/err"
+  if [ -n "${VLIMIT:-}" ]; then  # address-space cap (KiB) for cases that once asked for too much
+    (ulimit -v "$VLIMIT"; exec "$BIN" "$@") >"$DIR/out" 2>"$DIR/err"
+  else
+    "$BIN" "$@" >"$DIR/out" 2>"$DIR/err"
+  fi
   local rc=$?
   if [ "$rc" -eq 1 ] && grep -Eq -- "$re" "$DIR/err"; then ok "$name"; else
     bad "$name: exit $rc, stderr: $(cat "$DIR/err")"; fi
@@ -40,6 +44,41 @@ expect_error "truncated safetensors" "has 5 bytes; a safetensors file has at lea
 expect_error "weights that do not fit the flags" "--layers 3 does not fit .* whose weights have 1" --layers 3 --steps 1 --init-from "$DIR/w.safetensors"
 expect_error "bad strategy" "unknown strategy 'blocks'" "${small[@]}" --checkpoint blocks
 expect_error "snapshot that is not one" "is not a remat snapshot" "${small[@]}" --resume "$DIR/w.safetensors"
+
+# Hostile files (issue 9): sizes that overflow, small files that ask for large models, crafted
+# snapshots. Each must end with exit 1 and a message naming the file, the tensor and the field.
+# st_file PATH HEADER [DATA_BYTES]: a safetensors file with that JSON header and zero bytes of data
+st_file() { perl -e 'my ($h, $n) = @ARGV; print pack("Q<", length $h), $h, "\0" x ($n // 0)' "$2" "${3:-0}" > "$1"; }
+# 2^32 x 2^32 = 2^64 elements (wraps to 0) with zero data bytes: was a SIGSEGV in the embedding
+st_file "$DIR/wrap.safetensors" '{"wte.weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]},"wpe.weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]},"h.0.ln_1.weight":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}'
+expect_error "wte/wpe of 2^64 elements in 0 bytes" "tensor 'w(te|pe)\.weight' of '$DIR/wrap\.safetensors' has field 'shape' \[4294967296, 4294967296\] whose element count overflows" \
+  --threads 1 --steps 1 --batch 1 --seq 8 --init-from "$DIR/wrap.safetensors"
+st_file "$DIR/2e78.safetensors" '{"wte.weight":{"dtype":"F32","shape":[549755813888,549755813888],"data_offsets":[0,0]}}'
+expect_error "a [2^39, 2^39] tensor in 0 bytes" "tensor 'wte\.weight' of .* field 'shape' \[549755813888, 549755813888\] whose element count overflows" \
+  "${small[@]}" --steps 1 --init-from "$DIR/2e78.safetensors"
+st_file "$DIR/2e62.safetensors" '{"wte.weight":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}}'
+expect_error "2^62 F32 elements, 2^64 bytes that wrap to 0" "tensor 'wte\.weight' of .* field 'shape'" \
+  "${small[@]}" --steps 1 --init-from "$DIR/2e62.safetensors"
+h='{"wte.weight":{"dtype":"F32","shape":[1,4096],"data_offsets":[0,16384]},"wpe.weight":{"dtype":"F32","shape":[8,4096],"data_offsets":[16384,147456]}'
+for i in $(seq 0 199); do h="$h,\"h.$i.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}"; done
+st_file "$DIR/layers.safetensors" "$h}" 147456
+VLIMIT=4194304 expect_error "a 144 KiB file that asks for 200 layers of d 4096" "tensor 'h\.0\.ln_1\.weight' of .* has shape \[0\], but a GPT-2 .* needs \[4096\]" \
+  --threads 1 --steps 1 --batch 1 --seq 8 --init-from "$DIR/layers.safetensors"
+# Snapshots: resumed with another --heads (same tensor shapes), and crafted metadata.
+# edit_meta IN OUT KEY VALUE: the snapshot with metadata KEY set to VALUE (header length redone)
+edit_meta() { perl -e 'my ($in, $out, $k, $v) = @ARGV; open(my $f, "<:raw", $in) or die; local $/; my $b = <$f>;
+  my $n = unpack("Q<", substr($b, 0, 8)); my $h = substr($b, 8, $n); $h =~ s/"\Q$k\E":"[^"]*"/"$k":"$v"/ or die "no $k";
+  open(my $o, ">:raw", $out) or die; print $o pack("Q<", length $h), $h, substr($b, 8 + $n)' "$@"; }
+snap=(--layers 1 --d 16 --seq 8 --batch 2 --threads 1 --vocab 256)
+"$BIN" "${snap[@]}" --heads 2 --steps 1 --snapshot-every 1 --snapshot-path "$DIR/s1" > /dev/null 2>"$DIR/err" || bad "snapshot for the crafted runs: $(cat "$DIR/err")"
+expect_error "resume with another --heads" "saved from a model with n_head 2, but this model has 4 \(--heads differs" \
+  "${snap[@]}" --heads 4 --steps 2 --resume "$DIR/s1"
+expect_error "resume with another --dropout" "\(--dropout differs" "${snap[@]}" --heads 2 --dropout 0.2 --steps 2 --resume "$DIR/s1"
+for kv in "adamw_steps -1" "step -1" "step abc" "step 1x" "rng_offset -5" "data_position -2" "optimizer adam" "checkpoint_strategy blocks"; do
+  set -- $kv
+  edit_meta "$DIR/s1" "$DIR/s1.bad" "$1" "$2" || bad "editing $1"
+  expect_error "snapshot with $1=$2" "'$DIR/s1\.bad'.*($1|'$2')" "${snap[@]}" --heads 2 --steps 3 --resume "$DIR/s1.bad"
+done
 
 # Resume: 6 steps straight vs a run stopped after 3 (with a snapshot) and resumed to 6; the
 # losses must match to the bit (printed with 9 significant digits, which round-trip a float).
@@ -77,5 +116,5 @@ if [ -e "$DIR/never.safetensors" ] || ls "$DIR"/never.safetensors.* >/dev/null 2
   bad "an infeasible limit wrote weights"; else ok "an infeasible limit writes nothing"; fi
 expect_error "bad budget" "is not a byte count" "${small[@]}" --checkpoint budget:lots
 
-echo "$(( 21 - fails )) passed, $fails failed"
+echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -124,6 +124,10 @@ TEST_CASE("a process killed while writing a snapshot leaves the previous one int
   // The child's temporary file is left behind, half written; it never replaced the snapshot.
   const std::string leftover = snap + ".tmp." + std::to_string(child);
   CHECK(file_bytes(leftover).size() < before.size());
+  // The next write of the same snapshot removes it (NOTE [stale temporaries]).
+  io::save_state(snap, loaded, static_cast<optim::AdamW<Cpu>*>(nullptr),
+                 static_cast<optim::SGD<Cpu>*>(nullptr), got);
+  CHECK_FALSE(std::ifstream(leftover).good());
   std::remove(leftover.c_str());
   std::remove(snap.c_str());
 }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "remat/io/safetensors.hpp"
 #include "remat/nn/gpt.hpp"
@@ -28,7 +30,36 @@ inline std::map<std::string, HostTensor> gpt2_tensors(SafetensorsFile f) {
   return out;
 }
 
+/// The parameters of a GPT-2 model with config `c`, in remat's names and shapes (Linear weights
+/// [in, out]); the same list nn::GPT registers.
+inline std::vector<std::pair<std::string, Shape>> gpt2_shapes(const nn::GPTConfig& c) {
+  const std::int64_t d = c.n_embd;
+  std::vector<std::pair<std::string, Shape>> s = {{"wte.weight", Shape{c.vocab_size, d}},
+                                                  {"wpe.weight", Shape{c.block_size, d}}};
+  for (std::int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    for (const char* ln : {"ln_1.", "ln_2."}) {
+      s.emplace_back(h + ln + "weight", Shape{d});
+      s.emplace_back(h + ln + "bias", Shape{d});
+    }
+    s.emplace_back(h + "attn.c_attn.weight", Shape{d, 3 * d});
+    s.emplace_back(h + "attn.c_attn.bias", Shape{3 * d});
+    s.emplace_back(h + "attn.c_proj.weight", Shape{d, d});
+    s.emplace_back(h + "attn.c_proj.bias", Shape{d});
+    s.emplace_back(h + "mlp.c_fc.weight", Shape{d, 4 * d});
+    s.emplace_back(h + "mlp.c_fc.bias", Shape{4 * d});
+    s.emplace_back(h + "mlp.c_proj.weight", Shape{4 * d, d});
+    s.emplace_back(h + "mlp.c_proj.bias", Shape{d});
+  }
+  s.emplace_back("ln_f.weight", Shape{d});
+  s.emplace_back("ln_f.bias", Shape{d});
+  return s;
+}
+
 /// The GPT config that fits the weights' shapes; n_head is not in the shapes (default d/64).
+/// Every parameter of that config is checked present with its shape here, before a model is
+/// built: the model then holds no more than the file did (a small file cannot ask for gigabytes
+/// through a large d or many layers whose tensors it lacks).
 inline nn::GPTConfig gpt2_config(const std::map<std::string, HostTensor>& w, const std::string& path,
                                  std::int64_t n_head = 0) {
   auto need = [&](const std::string& k) -> const HostTensor& {
@@ -42,6 +73,9 @@ inline nn::GPTConfig gpt2_config(const std::map<std::string, HostTensor>& w, con
   REMAT_CHECK(wte.shape.rank() == 2 && wpe.shape.rank() == 2 && wte.shape[1] == wpe.shape[1],
               "remat::io::gpt2_config: wte is ", wte.shape.str(), " and wpe is ", wpe.shape.str(),
               " in '", path, "' (expected [vocab, d] and [block_size, d])");
+  REMAT_CHECK(wte.shape[0] > 0 && wpe.shape[0] > 0 && wte.shape[1] > 0,
+              "remat::io::gpt2_config: wte is ", wte.shape.str(), " and wpe is ", wpe.shape.str(),
+              " in '", path, "' (expected vocab, block_size and d all > 0)");
   nn::GPTConfig c;
   c.vocab_size = wte.shape[0];
   c.block_size = wpe.shape[0];
@@ -49,6 +83,16 @@ inline nn::GPTConfig gpt2_config(const std::map<std::string, HostTensor>& w, con
   c.n_layer = 0;
   while (w.count("h." + std::to_string(c.n_layer) + ".ln_1.weight")) ++c.n_layer;
   c.n_head = n_head > 0 ? n_head : std::max<std::int64_t>(1, c.n_embd / 64);
+  REMAT_CHECK(c.n_embd % c.n_head == 0, "remat::io::gpt2_config: the weights of '", path,
+              "' have d ", c.n_embd, ", which ", c.n_head, " heads do not divide (expected --heads "
+              "to divide d)");
+  for (const auto& [name, shape] : gpt2_shapes(c)) {
+    const HostTensor& t = need(name);
+    REMAT_CHECK(t.shape == shape, "remat::io::gpt2_config: tensor '", name, "' of '", path,
+                "' has shape ", t.shape.str(), ", but a GPT-2 with vocab ", c.vocab_size, ", ",
+                c.block_size, " positions and d ", c.n_embd, " (from wte and wpe) needs ",
+                shape.str(), " (corrupt or not a GPT-2 file)");
+  }
   return c;
 }
 

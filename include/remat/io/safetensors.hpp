@@ -7,10 +7,13 @@
 // tensor is read. Needs nlohmann-json (Debian: nlohmann-json3-dev).
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <new>
 #include <map>
 #include <string>
 #include <utility>
@@ -18,8 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include "remat/core/error.hpp"
 #include "remat/core/shape.hpp"
+#include "remat/io/checked.hpp"
 
 namespace remat {
 namespace io {
@@ -68,21 +74,60 @@ inline float half_to_float(std::uint16_t h) {
   return f;
 }
 
+/// The bytes of a regular file. The size comes from stat(), so a directory or a device (whose
+/// "size" can be anything) is refused before memory is reserved.
 inline std::vector<char> read_file(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  struct ::stat sb {};
+  REMAT_CHECK(::stat(path.c_str(), &sb) == 0, "remat::io::", what, ": cannot open '", path, "': ",
+              std::strerror(errno), " (does the file exist and is it readable?)");
+  REMAT_CHECK(S_ISREG(sb.st_mode), "remat::io::", what, ": '", path,
+              "' is not a regular file (expected a file, found a directory, device or pipe)");
+  std::ifstream f(path, std::ios::binary);
   REMAT_CHECK(f.good(), "remat::io::", what, ": cannot open '", path,
               "' (does the file exist and is it readable?)");
-  const std::streamsize n = f.tellg();
-  f.seekg(0);
-  std::vector<char> buf(static_cast<std::size_t>(n > 0 ? n : 0));
-  REMAT_CHECK(n >= 0 && f.read(buf.data(), n), "remat::io::", what, ": cannot read '", path, "'");
+  const std::uint64_t n = static_cast<std::uint64_t>(sb.st_size);
+  std::vector<char> buf;
+  try {
+    buf.resize(static_cast<std::size_t>(n));
+  } catch (const std::exception&) {
+    throw OutOfMemory(::remat::detail::cat("remat::io::", what, ": '", path, "' has ", n,
+                                           " bytes, more than the host memory can hold"));
+  }
+  REMAT_CHECK(f.read(buf.data(), static_cast<std::streamsize>(n)) && f.gcount() ==
+                  static_cast<std::streamsize>(n),
+              "remat::io::", what, ": cannot read the ", n, " bytes of '", path,
+              "' (did it change while being read?)");
   return buf;
 }
 
 }  // namespace detail
 
+namespace detail {
+inline SafetensorsFile read_safetensors_unchecked(const std::string& path);
+}  // namespace detail
+
 /// Reads and validates a safetensors file; F32, F16 and BF16 tensors come back as fp32.
+/// NOTE [hostile files]: every size in the header (header length, dimensions, their product,
+/// byte counts, offsets) is checked, with overflow detected, against the file's real size before
+/// any tensor memory is reserved, so a small file cannot ask for more memory than it holds.
+/// Every failure is a remat::Error naming the file, the tensor and the field: no std::
+/// exception (json parse errors, length_error, bad_alloc) escapes.
 inline SafetensorsFile read_safetensors(const std::string& path) {
+  try {
+    return detail::read_safetensors_unchecked(path);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory(::remat::detail::cat("remat::io::read_safetensors: out of host memory while "
+                                           "reading '", path, "' (is the file larger than memory?)"));
+  } catch (const std::exception& e) {
+    throw Error(::remat::detail::cat("remat::io::read_safetensors: '", path, "' could not be read: ",
+                                     e.what(), " (corrupt or not a safetensors file)"));
+  }
+}
+
+namespace detail {
+inline SafetensorsFile read_safetensors_unchecked(const std::string& path) {
   const char* op = "read_safetensors";
   const std::vector<char> buf = detail::read_file(path, op);
   REMAT_CHECK(buf.size() >= 8, "remat::io::read_safetensors: '", path, "' has ", buf.size(),
@@ -122,35 +167,43 @@ inline SafetensorsFile read_safetensors(const std::string& path) {
                     v["data_offsets"].size() == 2,
                 "remat::io::read_safetensors: ", where, " lacks dtype, shape or data_offsets [begin, end]");
     const std::string dt = v["dtype"].get<std::string>();
-    const std::size_t esize = detail::st_dtype_size(dt);
+    const std::uint64_t esize = detail::st_dtype_size(dt);
     REMAT_CHECK(esize > 0, "remat::io::read_safetensors: ", where, " has dtype ", dt,
                 " (expected F32, F16 or BF16)");
     HostTensor t;
-    std::uint64_t numel = 1;
     REMAT_CHECK(v["shape"].size() <= static_cast<std::size_t>(Shape::kMaxRank),
                 "remat::io::read_safetensors: ", where, " has ", v["shape"].size(),
-                " dimensions (at most ", Shape::kMaxRank, ")");
+                " dimensions in field 'shape' (at most ", Shape::kMaxRank, ")");
     for (const auto& d : v["shape"]) {
-      REMAT_CHECK(d.is_number_unsigned() && d.get<std::uint64_t>() < (1ull << 40),
-                  "remat::io::read_safetensors: ", where, " has a bad dimension ", d.dump());
+      REMAT_CHECK(d.is_number_unsigned() &&
+                      d.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+                  "remat::io::read_safetensors: ", where, " has a bad dimension ", d.dump(),
+                  " in field 'shape' (expected integers >= 0)");
       t.shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
-      numel *= d.get<std::uint64_t>();
     }
+    // Shape::numel_fits: the product of the dimensions, times 8 bytes, fits in int64; so the
+    // element count and the byte count below cannot wrap (a wrapped product could match 0 bytes).
+    REMAT_CHECK(t.shape.numel_fits(), "remat::io::read_safetensors: ", where, " has field 'shape' ",
+                t.shape.str(), " whose element count overflows (expected a product of the "
+                "dimensions that fits the ", data_size, " bytes of data; the file is corrupt or crafted)");
+    const std::uint64_t numel = static_cast<std::uint64_t>(t.shape.numel());
+    const std::uint64_t nbytes = checked_mul(numel, esize, op, where, "the byte count of 'shape'");
     const auto& off = v["data_offsets"];
     REMAT_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-                "remat::io::read_safetensors: ", where, " has non-integer data_offsets");
+                "remat::io::read_safetensors: ", where, " has non-integer data_offsets ", off.dump(),
+                " (expected [begin, end] with 0 <= begin <= end)");
     const std::uint64_t b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
     REMAT_CHECK(b <= e && e <= data_size, "remat::io::read_safetensors: ", where,
                 " has data_offsets [", b, ", ", e, "] outside the ", data_size,
                 " bytes of data (the header lies, or the file is truncated)");
-    REMAT_CHECK(e - b == numel * esize, "remat::io::read_safetensors: ", where, " has shape ",
-                t.shape.str(), " ", dt, " (", numel * esize, " bytes) but data_offsets span ",
+    REMAT_CHECK(e - b == nbytes, "remat::io::read_safetensors: ", where, " has shape ",
+                t.shape.str(), " ", dt, " (", nbytes, " bytes) but data_offsets span ",
                 e - b, " bytes");
     ranges.emplace_back(b, e);
-    t.data.resize(static_cast<std::size_t>(numel));
+    t.data.resize(static_cast<std::size_t>(numel));  // numel * esize <= data_size: bounded by the file
     const char* src = data + b;
     if (dt == "F32") {
-      if (numel) std::memcpy(t.data.data(), src, static_cast<std::size_t>(numel) * 4);
+      if (numel) std::memcpy(t.data.data(), src, static_cast<std::size_t>(nbytes));
     } else {
       for (std::uint64_t i = 0; i < numel; ++i) {
         std::uint16_t h;
@@ -172,6 +225,7 @@ inline SafetensorsFile read_safetensors(const std::string& path) {
                 ") start inside [", ranges[i - 1].first, ", ", ranges[i - 1].second, ")");
   return out;
 }
+}  // namespace detail
 
 /// Writes fp32 tensors (name, shape, values) and string metadata; atomically: to a temporary
 /// file beside `path`, flushed and synced, then renamed over it, so a crash never leaves a

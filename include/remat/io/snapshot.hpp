@@ -2,16 +2,24 @@
 // SPDX-License-Identifier: MIT
 // save_state / load_state: the whole training state in one safetensors file (a snapshot):
 // weights ("model.<name>"), optimizer state ("adamw.m.<name>", "adamw.v.<name>",
-// "sgd.momentum.<name>"), and in its metadata the step, the data position and the RNG.
+// "sgd.momentum.<name>"), and in its metadata the step, the data position, the RNG and (from
+// an nn::GPT) the model config. Every field is validated on load (NOTE [snapshot model config]).
 // Written atomically (io/atomic_file.hpp): a crash mid-write leaves the previous snapshot.
 // (A snapshot is training state on disk; "checkpoint" in remat means activation checkpointing.)
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <system_error>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "remat/io/safetensors.hpp"
+#include "remat/nn/gpt.hpp"
 #include "remat/nn/module.hpp"
 #include "remat/optim/adamw.hpp"
 #include "remat/optim/sgd.hpp"
@@ -38,43 +46,108 @@ HostTensor host(const float* p, const Shape& s) {
   if (!h.data.empty()) B::copy_to_host(h.data.data(), p, h.data.size() * 4);
   return h;
 }
+enum class Values { any, finite, finite_nonnegative };
 template <class B>
 void restore(const SafetensorsFile& f, const std::string& key, const Shape& shape, float* dst,
-             const std::string& path) {
+             const std::string& path, Values check = Values::any) {
   auto it = f.tensors.find(key);
   REMAT_CHECK(it != f.tensors.end(), "remat::io::load_state: '", path, "' has no tensor '", key,
               "' (was it saved from another model or optimizer?)");
   REMAT_CHECK(it->second.shape == shape, "remat::io::load_state: '", key, "' in '", path,
               "' has shape ", it->second.shape.str(), ", the model's is ", shape.str());
-  if (!it->second.data.empty()) B::copy_from_host(dst, it->second.data.data(), it->second.data.size() * 4);
+  const std::vector<float>& v = it->second.data;
+  if (check != Values::any)
+    for (std::size_t i = 0; i < v.size(); ++i)
+      REMAT_CHECK(std::isfinite(v[i]) && (check == Values::finite || v[i] >= 0.0f),
+                  "remat::io::load_state: optimizer state '", key, "' in '", path, "' has ", v[i],
+                  " at element ", i, " (expected ", check == Values::finite ? "finite values" :
+                  "finite values >= 0", "; a corrupt snapshot would make every later loss NaN)");
+  if (dst && !v.empty()) B::copy_from_host(dst, v.data(), v.size() * 4);  // null: check only
 }
-inline std::int64_t meta_int(const SafetensorsFile& f, const char* k, const std::string& path) {
+inline const std::string& meta(const SafetensorsFile& f, const char* k, const std::string& path) {
   auto it = f.metadata.find(k);
   REMAT_CHECK(it != f.metadata.end(), "remat::io::load_state: '", path, "' lacks metadata '", k,
               "' (is it a remat snapshot?)");
-  try {
-    return static_cast<std::int64_t>(std::stoull(it->second));
-  } catch (const std::exception&) {
-    throw Error(::remat::detail::cat("remat::io::load_state: metadata '", k, "' of '", path,
-                                     "' is not a number: '", it->second, "'"));
+  return it->second;
+}
+/// Metadata `k` as a decimal integer in [lo, hi]: digits only (a '-' only when lo < 0), no
+/// spaces, no '+', no trailing characters.
+template <class T>
+T meta_int(const SafetensorsFile& f, const char* k, const std::string& path, T lo, T hi) {
+  const std::string& s = meta(f, k, path);
+  T v{};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 10);
+  REMAT_CHECK(ec == std::errc() && end == s.data() + s.size() && v >= lo && v <= hi,
+              "remat::io::load_state: metadata '", k, "' of '", path, "' is '", s,
+              "' (expected an integer from ", lo, " to ", hi, " with nothing around it; the "
+              "snapshot is corrupt or was edited)");
+  return v;
+}
+inline constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+// NOTE [snapshot model config]: a snapshot saved from an nn::GPT records its config
+// ("config.n_layer", ...) and format remat-state-2; loading it into an nn::GPT compares every
+// field, because some differences keep every tensor shape (n_head, dropout) and would otherwise
+// resume a different model silently. remat-state-1 snapshots (before the config was stored) are
+// still read, with only their tensor shapes checked.
+struct ConfigField {
+  const char* key;   // metadata key
+  const char* flag;  // train_gpt's flag for it
+};
+inline constexpr ConfigField kConfigFields[] = {
+    {"config.n_layer", "--layers"}, {"config.n_embd", "--d"},          {"config.n_head", "--heads"},
+    {"config.vocab_size", "--vocab"}, {"config.block_size", "--seq"}, {"config.dropout", "--dropout"}};
+inline std::string fmt_float(float x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", static_cast<double>(x));
+  return b;
+}
+inline std::map<std::string, std::string> config_meta(const nn::GPTConfig& c) {
+  return {{"config.n_layer", std::to_string(c.n_layer)},
+          {"config.n_embd", std::to_string(c.n_embd)},
+          {"config.n_head", std::to_string(c.n_head)},
+          {"config.vocab_size", std::to_string(c.vocab_size)},
+          {"config.block_size", std::to_string(c.block_size)},
+          {"config.dropout", fmt_float(c.dropout)}};
+}
+inline void check_config(const SafetensorsFile& f, const nn::GPTConfig& c, const std::string& path) {
+  if (meta(f, "format", path) == "remat-state-1") return;  // older: no config stored
+  const auto now = config_meta(c);
+  for (const ConfigField& k : kConfigFields) {
+    const std::string& saved = meta(f, k.key, path);
+    if (std::string(k.key) == "config.dropout") {
+      char* end = nullptr;
+      const double v = std::strtod(saved.c_str(), &end);
+      REMAT_CHECK(!saved.empty() && end == saved.c_str() + saved.size() && std::isfinite(v) &&
+                      v >= 0.0 && v < 1.0,
+                  "remat::io::load_state: metadata 'config.dropout' of '", path, "' is '", saved,
+                  "' (expected a number in [0, 1); the snapshot is corrupt or was edited)");
+    } else {
+      meta_int<std::int64_t>(f, k.key, path, k.key == std::string("config.n_layer") ? 0 : 1,
+                             kInt64Max);
+    }
+    const std::string& mine = now.at(k.key);
+    REMAT_CHECK(saved == mine, "remat::io::load_state: '", path, "' was saved from a model with ",
+                k.key + 7, " ", saved, ", but this model has ", mine, " (", k.flag,
+                " differs: resume with the flags the snapshot was trained with)");
   }
 }
-}  // namespace detail
 
-/// Writes model weights, optimizer state (pass the one in use, the other null) and `st`.
 template <class B>
-void save_state(const std::string& path, const nn::Module<B>& model, optim::AdamW<B>* adamw,
-                optim::SGD<B>* sgd, const TrainState& st, void (*after_half)() = nullptr) {
+void save_state_impl(const std::string& path, const nn::Module<B>& model, optim::AdamW<B>* adamw,
+                     optim::SGD<B>* sgd, const TrainState& st,
+                     const std::map<std::string, std::string>& config, void (*after_half)()) {
   std::vector<std::pair<std::string, HostTensor>> ts;
   const auto& named = model.named_parameters();
   for (const auto& [name, t] : named) ts.emplace_back("model." + name, detail::host(t));
-  std::map<std::string, std::string> meta = st.extra;
-  meta["format"] = "remat-state-1";
-  meta["step"] = std::to_string(st.step);
-  meta["data_position"] = std::to_string(st.data_position);
-  meta["rng_seed"] = std::to_string(st.rng_seed);
-  meta["rng_offset"] = std::to_string(st.rng_offset);
-  meta["optimizer"] = adamw ? "adamw" : sgd ? "sgd" : "none";
+  std::map<std::string, std::string> md = st.extra;
+  for (const auto& [k, v] : config) md[k] = v;
+  md["format"] = "remat-state-2";
+  md["step"] = std::to_string(st.step);
+  md["data_position"] = std::to_string(st.data_position);
+  md["rng_seed"] = std::to_string(st.rng_seed);
+  md["rng_offset"] = std::to_string(st.rng_offset);
+  md["optimizer"] = adamw ? "adamw" : sgd ? "sgd" : "none";
   for (std::size_t i = 0; i < named.size(); ++i) {
     const auto& [name, t] = named[i];
     if (adamw && adamw->has_moments(i)) {
@@ -85,44 +158,103 @@ void save_state(const std::string& path, const nn::Module<B>& model, optim::Adam
     if (sgd && sgd->has_momentum_buffer(i))
       ts.emplace_back("sgd.momentum." + name, detail::host<B>(sgd->momentum_buffer(i), t.shape()));
   }
-  if (adamw) meta["adamw_steps"] = std::to_string(adamw->steps());
-  write_safetensors(path, ts, meta, after_half);
+  if (adamw) md["adamw_steps"] = std::to_string(adamw->steps());
+  write_safetensors(path, ts, md, after_half);
 }
 
-/// Reads a snapshot into the model and the optimizer in use; returns its TrainState.
+inline void check_format(const SafetensorsFile& f, const std::string& path) {
+  auto fmt = f.metadata.find("format");
+  REMAT_CHECK(fmt != f.metadata.end() &&
+                  (fmt->second == "remat-state-1" || fmt->second == "remat-state-2"),
+              "remat::io::load_state: '", path, "' is not a remat snapshot (metadata 'format' "
+              "should be 'remat-state-2', or 'remat-state-1' for older ones); to start from "
+              "weights only, load them as a model file");
+}
+
+template <class B>
+TrainState load_state_impl(const SafetensorsFile& f, const std::string& path, nn::Module<B>& model,
+                           optim::AdamW<B>* adamw, optim::SGD<B>* sgd) {
+  const std::string want = adamw ? "adamw" : sgd ? "sgd" : "none";
+  const std::string& saved_opt = meta(f, "optimizer", path);
+  REMAT_CHECK(saved_opt == "adamw" || saved_opt == "sgd" || saved_opt == "none",
+              "remat::io::load_state: '", path, "' has optimizer '", saved_opt,
+              "' (expected adamw, sgd or none; the snapshot is corrupt or was edited)");
+  REMAT_CHECK(saved_opt == want, "remat::io::load_state: '", path, "' was saved with optimizer '",
+              saved_opt, "', resuming with '", want, "' (expected the same optimizer)");
+  auto cs = f.metadata.find("checkpoint_strategy");
+  if (cs != f.metadata.end()) {
+    try {
+      (void)nn::CheckpointStrategy::parse(cs->second);
+    } catch (const Error& e) {
+      throw Error(::remat::detail::cat("remat::io::load_state: metadata 'checkpoint_strategy' of '",
+                                       path, "' is not a strategy: ", e.what()));
+    }
+  }
+  // Every metadata field first, so a bad one changes nothing in the model or the optimizer.
+  TrainState st;
+  st.step = meta_int<std::int64_t>(f, "step", path, 0, kInt64Max);
+  st.data_position = meta_int<std::int64_t>(f, "data_position", path, 0, kInt64Max);
+  st.rng_seed = meta_int<std::uint64_t>(f, "rng_seed", path, 0, ~std::uint64_t{0});
+  st.rng_offset = meta_int<std::uint64_t>(f, "rng_offset", path, 0, ~std::uint64_t{0});
+  const std::int64_t adamw_steps =
+      adamw ? meta_int<std::int64_t>(f, "adamw_steps", path, 0, kInt64Max) : 0;
+  // Then every tensor (presence, shape, values) in a first pass that copies nothing, so a
+  // rejected snapshot leaves the model and the optimizer as they were.
+  const auto& named = model.named_parameters();
+  for (const bool apply : {false, true}) {
+    const auto checked = [apply](Values v) { return apply ? Values::any : v; };  // once is enough
+    for (std::size_t i = 0; i < named.size(); ++i) {
+      const auto& [name, t] = named[i];
+      detail::restore<B>(f, "model." + name, t.shape(), apply ? t.template data<float>() : nullptr, path);
+      if (adamw && (f.tensors.count("adamw.m." + name) || f.tensors.count("adamw.v." + name))) {
+        const auto mv = apply ? adamw->moments(i) : std::pair<float*, float*>{nullptr, nullptr};
+        detail::restore<B>(f, "adamw.m." + name, t.shape(), mv.first, path, checked(Values::finite));
+        detail::restore<B>(f, "adamw.v." + name, t.shape(), mv.second, path,
+                           checked(Values::finite_nonnegative));
+      }
+      if (sgd && f.tensors.count("sgd.momentum." + name))
+        detail::restore<B>(f, "sgd.momentum." + name, t.shape(),
+                           apply ? sgd->momentum_buffer(i) : nullptr, path, checked(Values::finite));
+    }
+  }
+  if (adamw) adamw->set_steps(adamw_steps);
+  for (const auto& [k, v] : f.metadata) st.extra[k] = v;
+  return st;
+}
+}  // namespace detail
+
+/// Writes model weights, optimizer state (pass the one in use, the other null) and `st`.
+template <class B>
+void save_state(const std::string& path, const nn::Module<B>& model, optim::AdamW<B>* adamw,
+                optim::SGD<B>* sgd, const TrainState& st, void (*after_half)() = nullptr) {
+  detail::save_state_impl(path, model, adamw, sgd, st, {}, after_half);
+}
+/// As above, and records the GPT's config, which load_state compares (NOTE [snapshot model config]).
+template <class B>
+void save_state(const std::string& path, const nn::GPT<B>& model, optim::AdamW<B>* adamw,
+                optim::SGD<B>* sgd, const TrainState& st, void (*after_half)() = nullptr) {
+  detail::save_state_impl(path, static_cast<const nn::Module<B>&>(model), adamw, sgd, st,
+                          detail::config_meta(model.config), after_half);
+}
+
+/// Reads a snapshot into the model and the optimizer in use; returns its TrainState. Every
+/// metadata field is parsed strictly and the optimizer state must be finite (v >= 0), so a
+/// corrupt snapshot is an error, never a run of NaN losses.
 template <class B>
 TrainState load_state(const std::string& path, nn::Module<B>& model, optim::AdamW<B>* adamw,
                       optim::SGD<B>* sgd) {
   const SafetensorsFile f = read_safetensors(path);
-  auto fmt = f.metadata.find("format");
-  REMAT_CHECK(fmt != f.metadata.end() && fmt->second == "remat-state-1", "remat::io::load_state: '",
-              path, "' is not a remat snapshot (metadata 'format' should be 'remat-state-1'); "
-              "to start from weights only, load them as a model file");
-  const std::string want = adamw ? "adamw" : sgd ? "sgd" : "none";
-  REMAT_CHECK(f.metadata.count("optimizer") && f.metadata.at("optimizer") == want,
-              "remat::io::load_state: '", path, "' was saved with optimizer '",
-              f.metadata.count("optimizer") ? f.metadata.at("optimizer") : "?", "', resuming with '",
-              want, "' (expected the same optimizer)");
-  const auto& named = model.named_parameters();
-  for (std::size_t i = 0; i < named.size(); ++i) {
-    const auto& [name, t] = named[i];
-    detail::restore<B>(f, "model." + name, t.shape(), t.template data<float>(), path);
-    if (adamw && f.tensors.count("adamw.m." + name)) {
-      const auto [m, v] = adamw->moments(i);
-      detail::restore<B>(f, "adamw.m." + name, t.shape(), m, path);
-      detail::restore<B>(f, "adamw.v." + name, t.shape(), v, path);
-    }
-    if (sgd && f.tensors.count("sgd.momentum." + name))
-      detail::restore<B>(f, "sgd.momentum." + name, t.shape(), sgd->momentum_buffer(i), path);
-  }
-  if (adamw) adamw->set_steps(detail::meta_int(f, "adamw_steps", path));
-  TrainState st;
-  st.step = detail::meta_int(f, "step", path);
-  st.data_position = detail::meta_int(f, "data_position", path);
-  st.rng_seed = static_cast<std::uint64_t>(detail::meta_int(f, "rng_seed", path));
-  st.rng_offset = static_cast<std::uint64_t>(detail::meta_int(f, "rng_offset", path));
-  for (const auto& [k, v] : f.metadata) st.extra[k] = v;
-  return st;
+  detail::check_format(f, path);
+  return detail::load_state_impl(f, path, model, adamw, sgd);
+}
+/// As above, and the snapshot's model config must equal the model's (NOTE [snapshot model config]).
+template <class B>
+TrainState load_state(const std::string& path, nn::GPT<B>& model, optim::AdamW<B>* adamw,
+                      optim::SGD<B>* sgd) {
+  const SafetensorsFile f = read_safetensors(path);
+  detail::check_format(f, path);
+  detail::check_config(f, model.config, path);
+  return detail::load_state_impl(f, path, static_cast<nn::Module<B>&>(model), adamw, sgd);
 }
 
 }  // namespace io
