@@ -151,3 +151,37 @@ TEST_CASE("fault injection fires once, at the n-th allocation, as OutOfMemory", 
   auto d = tape.zeros({4});
   REQUIRE_THROWS_AS(testing::fail_allocation_after<Cpu>(-1), Error);
 }
+
+TEST_CASE("a failed optimizer step leaves no half-made state", "[core][memory][fault][optim]") {
+  Tape<Cpu> tape;
+  std::vector<Tensor<Cpu>> params;
+  for (int i = 0; i < 4; ++i) params.push_back(tape.randn({8}, 1.0f, 30 + i, true));
+  auto set_grads = [&] {
+    for (std::size_t i = 0; i < params.size(); ++i) tape.backward(params[i], tape.randn({8}, 1.0f, 40 + i));
+  };
+  for (const bool adamw : {false, true}) {
+    INFO((adamw ? "AdamW" : "SGD with momentum"));
+    // the first step makes 2 (AdamW) or 1 (SGD) buffers per parameter, lazily: fail each
+    const std::int64_t made = adamw ? 8 : 4;
+    for (std::int64_t n = 1; n <= made; ++n) {
+      INFO("fault at allocation " << n);
+      optim::SGD<Cpu> sgd(params, {0.1f, 0.9f});
+      optim::AdamW<Cpu> adam(params, optim::AdamWOptions{});
+      for (const auto& p : params) p.clear_grad();
+      set_grads();
+      const std::int64_t live0 = memory_stats<Cpu>().live_total;
+      const auto before = params[0].to_vector();
+      testing::fail_allocation_after<Cpu>(n);
+      REQUIRE_THROWS_AS(adamw ? adam.step() : sgd.step(), OutOfMemory);
+      testing::fail_allocation_after<Cpu>(0);
+      CHECK(memory_stats<Cpu>().live_total == live0);
+      CHECK(params[0].to_vector() == before);
+      for (std::size_t i = 0; i < params.size(); ++i)
+        CHECK(!(adamw ? adam.has_moments(i) : sgd.has_momentum_buffer(i)));
+      CHECK(adam.steps() == 0);
+      (adamw ? adam.step() : sgd.step());  // the retry makes them all
+      for (std::size_t i = 0; i < params.size(); ++i)
+        CHECK((adamw ? adam.has_moments(i) : sgd.has_momentum_buffer(i)));
+    }
+  }
+}
