@@ -11,8 +11,8 @@
 // 2. Backward at that node restores the RNG seed and counter (then puts the caller's back), replays fn on aliases of the inputs into a
 //    scratch range of the tape, checks the replay against the first run (every op's kind, shape
 //    and dtype; with verify_values also its bytes), backpropagates through the scratch range and
-//    frees it at once. Captured parameters get their gradients directly; the inputs' gradients
-//    flow on to the rest of the graph.
+//    frees it at once. Captured parameters get their gradients directly; so do the inputs: the
+//    replay's aliases of them share their real gradient buffers (NOTE 9).
 // 3. fn must be pure in its inputs and captured parameters. The replay check catches state that
 //    changes between the two runs (a cache, a counter) and names the first op that differs.
 // 4. A checkpoint inside another segment's first run is a plain call; it becomes a segment of
@@ -27,6 +27,14 @@
 //    in core/tape.hpp). Under NoGrad, or after remat::detach(), it is an ordinary constant.
 // 8. The ledger row of a segment (segment_table) is keyed by its name, the type of fn (its
 //    call site) and its place among same-keyed segments of the graph, never by creation order.
+// 9. Bit for bit for every graph (CPU, same thread count): the replay adds each gradient into
+//    the buffer the plain run adds it into, in the plain run's order. The aliases the replay
+//    starts from use the inputs' real gradient buffers (slot or leaf grad), which already hold
+//    what ops after the segment added; so a skip connection across the segment, an input
+//    passed twice, and weights shared by micro-batches (captured or passed as inputs) sum in
+//    the plain order. An output that fn returns unchanged (an input, or a captured tensor that
+//    requires grad) passes through unrecorded, so its consumers add into its own gradient as
+//    in the plain run. Tested in tests/checkpoint/test_bitwise_graphs.cpp; no known exception.
 
 #include <array>
 #include <chrono>
@@ -173,12 +181,15 @@ struct CheckpointBody final : NodeBody<B> {
   void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
                 std::vector<Tensor<B>>& dinp) override {
     const double t0 = seconds_now();
-    // Replay from aliases of the boundary inputs, so their gradients collect apart.
+    // Replay from aliases of the boundary inputs (leaves of the scratch range) whose gradient
+    // buffer *is* the input's real gradient (its slot, or the leaf's grad): the interior adds
+    // into it in the plain run's order, after what the ops past the segment added, so the
+    // sums are bitwise the plain run's (NOTE [checkpoint semantics] 9).
     std::array<Tensor<B>, N> in;
     for (std::size_t i = 0; i < N; ++i) {
       in[i] = detail::alias(inputs[i], inputs[i].shape());
       in[i].impl()->requires_grad = dinp[i].defined();
-      in[i].impl()->grad_category = Category::temporaries;
+      if (dinp[i].defined()) in[i].impl()->grad = dinp[i].storage();
     }
     SegmentFrame<B> frame;
     frame.mode = FrameMode::replay;
@@ -218,26 +229,25 @@ struct CheckpointBody final : NodeBody<B> {
     check_outputs(outs, frame.mismatch);
 
     // Seed the replayed outputs with the gradients that reached the segment, then backprop.
+    // douts has one gradient per recorded output; pass-through outputs were not recorded.
+    std::size_t k = 0;
     for (std::size_t o = 0; o < outs.size(); ++o) {
+      if (passthrough[o]) continue;
+      const std::size_t d = k++;
       const Tensor<B>& r = *outs[o];
       if (!r.requires_grad()) continue;  // it depends on nothing that needs a gradient
       if (!r.is_leaf()) {
         Tensor<B>& slot = tape.grad_slots()[static_cast<std::size_t>(r.impl()->id)];
         if (!slot.defined())
-          slot = douts[o];
+          slot = douts[d];
         else
-          B::add_into(slot.template data<float>(), douts[o].template data<float>(), douts[o].numel());
+          B::add_into(slot.template data<float>(), douts[d].template data<float>(), douts[d].numel());
       } else {
         Tensor<B> g = tape.leaf_grad(r.impl_ptr());
-        B::add_into(g.template data<float>(), douts[o].template data<float>(), douts[o].numel());
+        B::add_into(g.template data<float>(), douts[d].template data<float>(), douts[d].numel());
       }
     }
-    tape.run_backward(begin);
-    for (std::size_t i = 0; i < N; ++i) {
-      if (!dinp[i].defined()) continue;
-      if (auto g = in[i].grad(); g.defined())
-        B::add_into(dinp[i].template data<float>(), g.template data<float>(), g.numel());
-    }
+    tape.run_backward(begin);  // the inputs' gradients are already in dinp
     SegmentStats& st = tape.segment_stats(id);
     st.replays += 1;
     st.remat_bytes = frame.remat_bytes;
@@ -274,6 +284,7 @@ struct CheckpointBody final : NodeBody<B> {
   std::map<std::int64_t, Tensor<B>> kept;
   std::map<std::int64_t, std::shared_ptr<KeptState<B>>> kept_state;  // Policy::keep_state
   std::vector<std::pair<Shape, DType>> out_meta;
+  std::vector<char> passthrough;  // per output: made outside fn (an input, a captured leaf)
   bool retained = false;
 };
 
@@ -325,20 +336,29 @@ auto checkpoint(const CheckpointOptions& opt, Fn&& fn, const Tensor<B>& first,
   st.forwards += 1;
   st.freed_bytes = frame.freed_bytes;
   if (!frame.touched_grad) return out;  // nothing inside needs a gradient (NOTE 5)
+  std::vector<Tensor<B>*> recorded;
   for (std::size_t o = 0; o < outs.size(); ++o) {
     REMAT_CHECK(outs[o]->defined() && &outs[o]->tape() == &tape, "remat::checkpoint: output ", o,
                 " is undefined or belongs to another tape");
-    // Fresh handles over the same storage: an output may be an input, a parameter or another
-    // output, and recording must not turn those into non-leaves.
+    body->out_meta.emplace_back(outs[o]->shape(), outs[o]->dtype());
+    // An output that fn did not make (an input or a captured tensor that requires grad,
+    // returned as it is; nothing inside records, so only those require grad) passes through
+    // unrecorded: its consumers add into its own gradient, as in the plain run (NOTE 9).
+    const bool through = outs[o]->requires_grad();
+    body->passthrough.push_back(through ? 1 : 0);
+    if (through) continue;
+    // Fresh handles over the same storage: an output may be another output, and recording
+    // must not give one tensor two gradient slots.
     Tensor<B> a = detail::alias(*outs[o], outs[o]->shape());
     a.impl()->name = outs[o]->name();
     *outs[o] = a;
-    body->out_meta.emplace_back(a.shape(), a.dtype());
+    recorded.push_back(outs[o]);
   }
+  if (recorded.empty()) return out;  // every output passes through: no gradient flows inside
   body->retain(st);
   std::vector<const Tensor<B>*> ins;
   for (const auto& t : in) ins.push_back(&t);
-  tape.record("checkpoint", ins, outs, std::move(body));
+  tape.record("checkpoint", ins, recorded, std::move(body));
   return out;
 }
 

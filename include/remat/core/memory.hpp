@@ -84,8 +84,15 @@ class Ledger {
  public:
   /// Throws OutOfMemory when `bytes` more would take the live total past the limit
   /// (remat::set_memory_limit); called before a backend allocates.
-  void check_limit(Category c, std::int64_t bytes) const {
+  void check_limit(Category c, std::int64_t bytes) {
+    if (fault_in_ > 0 && --fault_in_ == 0) {
+      ++failures_;
+      throw OutOfMemory(detail::cat(
+          "remat: out of memory: allocating ", bytes, " bytes (", category_name(c),
+          ") failed by fault injection (remat::testing::fail_allocation_after)"));
+    }
     if (limit_ <= 0 || s_.live_total + bytes <= limit_) return;
+    ++failures_;
     throw OutOfMemory(detail::cat(
         "remat: out of memory: allocating ", bytes, " bytes (", category_name(c), ") with ",
         s_.live_total, " bytes live would exceed the memory limit of ", limit_, " bytes (",
@@ -94,6 +101,13 @@ class Ledger {
         "strategy plans for the limit), lower the batch size, or raise the limit"));
   }
   void set_limit(std::int64_t bytes) noexcept { limit_ = bytes; }
+  /// NOTE [fault injection]: the n-th allocation from now (n >= 1) throws OutOfMemory, once;
+  /// 0 disarms. Every byte a backend allocates passes check_limit (Storage, kernels' scratch),
+  /// so this reaches every allocation site.
+  void set_fault(std::int64_t n) noexcept { fault_in_ = n; }
+  std::int64_t fault_pending() const noexcept { return fault_in_; }
+  /// How many allocations have failed (limit or injected fault) since start.
+  std::int64_t failures() const noexcept { return failures_; }
   std::int64_t limit() const noexcept { return limit_; }
 
   void on_alloc(Category c, std::int64_t bytes) noexcept {
@@ -130,7 +144,9 @@ class Ledger {
     }
   }
   MemoryStats s_;
-  std::int64_t limit_ = 0;  // 0: no limit
+  std::int64_t limit_ = 0;     // 0: no limit
+  std::int64_t fault_in_ = 0;  // > 0: allocations left until the injected fault (this one fails)
+  std::int64_t failures_ = 0;
 };
 
 template <class B>
@@ -226,4 +242,23 @@ std::int64_t memory_limit() {
   return detail::ledger<B>().limit();
 }
 
+namespace testing {
+
+/// Fault injection for tests (NOTE [fault injection]): the n-th allocation of backend B from now
+/// (n >= 1; kernels' scratch included) throws remat::OutOfMemory, as a full device would; the
+/// allocations after it succeed again. 0 disarms a pending fault. Count a step's allocations
+/// with memory_stats<B>().alloc_count before and after it.
+template <class B>
+void fail_allocation_after(std::int64_t n) {
+  REMAT_CHECK(n >= 0, "remat::testing::fail_allocation_after: n is ", n,
+              " (expected >= 1, or 0 to disarm)");
+  detail::ledger<B>().set_fault(n);
+}
+/// True while an injected fault has not fired yet.
+template <class B>
+bool allocation_fault_pending() {
+  return detail::ledger<B>().fault_pending() > 0;
+}
+
+}  // namespace testing
 }  // namespace remat

@@ -17,6 +17,11 @@
 // 3. Ops that two graphs share are consumed by the first backward through them; the second
 //    backward then raises an error naming the op (sum the losses and call backward once).
 // 4. clear() drops every graph at once.
+// 5. After an exception (OutOfMemory included) the tape stays usable. A failed backward()
+//    frees its graph and every gradient slot; gradients it already added into leaves stay
+//    there (drop them with zero_grad before a retry). A failed forward leaves the nodes it
+//    recorded until the tensors they made are dropped: the next record() after an allocation
+//    failure prunes them (so a retry starts from the pre-step memory), prune() does it at once.
 
 #include <algorithm>
 #include <cstdint>
@@ -131,6 +136,12 @@ class Tape {
   /// Records a node producing `outs` from `ins`; marks the outputs as requiring grad.
   void record(const char* op, const std::vector<const Tensor<B>*>& ins,
               const std::vector<Tensor<B>*>& outs, std::unique_ptr<NodeBody<B>> body) {
+    // NOTE [graph lifetime] 5: an allocation failed since the last record (a forward that ended
+    // in OutOfMemory): free the nodes it left before this graph grows, so a retry starts clean.
+    if (const std::int64_t f = detail::ledger<B>().failures(); f != failures_seen_) {
+      failures_seen_ = f;
+      if (!in_backward_ && frames_.empty()) prune();
+    }
     Node<B> node;
     node.op = op;
     node.inputs.reserve(ins.size());
@@ -497,6 +508,7 @@ class Tape {
   std::vector<std::weak_ptr<TensorImpl<B>>> owners_;  // per id: the handle made (liveness)
   std::vector<char> live_;        // per id: its node is still on the tape
   std::size_t prune_mark_ = kPruneMin;
+  std::int64_t failures_seen_ = detail::ledger<B>().failures();  // NOTE [graph lifetime] 5
   bool in_backward_ = false;
   std::uint64_t epoch_ = 1;
   std::uint64_t seed_ = 0x5eed;

@@ -37,8 +37,19 @@ class AdamW {
   void step() {
     // Moments first, updates after: an OutOfMemory leaves every parameter and the step count
     // as they were, so the step can be retried (e.g. after re-planning checkpointing).
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      if (params_[i].grad().defined()) moments(i);
+    // Moments this call makes are dropped again if a later one fails: no half-made state
+    // (the ledger is back where it was, and has_moments() says what a retry will find).
+    std::vector<std::size_t> made;
+    try {
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        if (params_[i].grad().defined() && !m_[i]) {
+          made.push_back(i);
+          moments(i);
+        }
+    } catch (...) {
+      for (std::size_t i : made) m_[i].reset(), v_[i].reset();
+      throw;
+    }
     ++t_;
     const float bc1 = 1.0f - std::pow(opt_.beta1, static_cast<float>(t_));
     const float bc2 = 1.0f - std::pow(opt_.beta2, static_cast<float>(t_));
@@ -61,10 +72,13 @@ class AdamW {
   std::pair<float*, float*> moments(std::size_t i) {
     if (!m_.at(i)) {
       const auto& p = params_[i];
-      m_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
-      v_[i] = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
-      B::fill(static_cast<float*>(m_[i]->data()), p.numel(), 0.0f);
-      B::fill(static_cast<float*>(v_[i]->data()), p.numel(), 0.0f);
+      // Both or neither: m alone would leave v null for the next call.
+      auto m = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
+      auto v = std::make_shared<Storage<B>>(p.bytes(), Category::optimizer_state);
+      B::fill(static_cast<float*>(m->data()), p.numel(), 0.0f);
+      B::fill(static_cast<float*>(v->data()), p.numel(), 0.0f);
+      m_[i] = std::move(m);
+      v_[i] = std::move(v);
     }
     return {static_cast<float*>(m_[i]->data()), static_cast<float*>(v_[i]->data())};
   }

@@ -29,10 +29,17 @@ class SGD {
   /// (under `optimizer_state`).
   void step() {
     // Buffers first, updates after: an OutOfMemory leaves every parameter as it was.
+    // Buffers this call makes are dropped again if a later one fails: no half-made state.
     std::vector<bool> first(params_.size());
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      first[i] = !bufs_[i];
-      if (opt_.momentum != 0.0f && params_[i].grad().defined()) momentum_buffer(i);
+    try {
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        first[i] = !bufs_[i];
+        if (opt_.momentum != 0.0f && params_[i].grad().defined()) momentum_buffer(i);
+      }
+    } catch (...) {
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        if (first[i]) bufs_[i].reset();
+      throw;
     }
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i];

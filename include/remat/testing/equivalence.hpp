@@ -5,6 +5,7 @@
 // Framework-free; remat/testing/catch2.hpp wraps it in REQUIRE-style macros.
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -34,12 +35,22 @@ std::vector<std::vector<float>> take_grads(const std::vector<Tensor<B>>& ts) {
   }
   return g;
 }
+/// A float as "-1.33981204 (0xbfab7f1e)": enough digits to tell neighbours apart, and its bits.
+inline std::string exact(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  char b[48];
+  std::snprintf(b, sizeof b, "%.9g (0x%08x)", static_cast<double>(f), static_cast<unsigned>(u));
+  return b;
+}
 }  // namespace detail_eq
 
 /// Runs `run(false)` and `run(true)` (each returns one Tensor: the plain and the checkpointed
 /// version of the same computation) from the tape's current RNG counter, backpropagates the
 /// same pseudo-random seed gradient through both, and compares the outputs and the gradients
-/// of `watch` (parameters, inputs) bit for bit.
+/// of `watch` (parameters, inputs) bit for bit. On a difference, `detail` names the first
+/// gradient that differs, its first differing element (both values with 9 digits and their
+/// bits) and how many of its elements differ.
 template <class B, class Run>
 EquivalenceReport compare_runs(Tape<B>& tape, Run&& run, const std::vector<Tensor<B>>& watch) {
   EquivalenceReport r;
@@ -69,13 +80,18 @@ EquivalenceReport compare_runs(Tape<B>& tape, Run&& run, const std::vector<Tenso
                  std::to_string(ckpt[i].size()) + " with checkpointing";
       break;
     }
+    std::size_t first = plain[i].size(), differ = 0;
     for (std::size_t j = 0; j < plain[i].size(); ++j)
       if (std::memcmp(&plain[i][j], &ckpt[i][j], sizeof(float)) != 0) {
-        r.equal = false;
-        r.detail = what + " element " + std::to_string(j) + ": " + std::to_string(plain[i][j]) +
-                   " plainly, " + std::to_string(ckpt[i][j]) + " with checkpointing";
-        break;
+        if (differ++ == 0) first = j;
       }
+    if (differ == 0) continue;
+    r.equal = false;
+    r.detail = what + " element " + std::to_string(first) + ": " +
+               detail_eq::exact(plain[i][first]) + " plainly, " +
+               detail_eq::exact(ckpt[i][first]) + " with checkpointing; " +
+               std::to_string(differ) + " of " + std::to_string(plain[i].size()) +
+               " elements differ";
   }
   if (r.equal)
     r.detail = "bitwise equal; peak saved activations " + std::to_string(r.plain_peak_saved) +
