@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -388,11 +389,18 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
     base.spec = "budget:" + format_bytes(budget);
   }
   base.budget_bytes = budget;
-  auto certify = [&](const plan::Schedule& s) {
-    GPTConfig cfg = c;
-    cfg.checkpoint = base;
-    cfg.checkpoint.schedule = std::make_shared<const plan::Schedule>(s);
-    return estimate_gpt_step<Target>(cfg, batch, seq, so);
+  // The DP answers many asks with the same schedule (its plans change at discrete budgets), and
+  // a fixed strategy may be one of them: each schedule is estimated once.
+  std::map<std::string, StepEstimate> certified;
+  auto certify = [&](const plan::Schedule& s) -> const StepEstimate& {
+    auto [it, fresh] = certified.try_emplace(plan::describe(s));
+    if (fresh) {
+      GPTConfig cfg = c;
+      cfg.checkpoint = base;
+      cfg.checkpoint.schedule = std::make_shared<const plan::Schedule>(s);
+      it->second = estimate_gpt_step<Target>(cfg, batch, seq, so);
+    }
+    return it->second;
   };
   CheckpointPlan best;
   bool found = false;
