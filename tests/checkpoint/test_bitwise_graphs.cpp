@@ -14,24 +14,17 @@
 #include <remat/testing/catch2.hpp>
 
 #include "support/catch.hpp"
+#include "support/mlp_block.hpp"
 
 using namespace remat;
 using T = Tensor<Cpu>;
 
 namespace {
 
-// y = x + W2 gelu(W1 x + b1) + b2: x takes two gradients inside the segment, so their sum and
-// a gradient from outside are three additions whose order shows in the last bit.
-struct Mlp {
-  T w1, b1, w2, b2;
-  Mlp(Tape<Cpu>& tape, int d, std::uint64_t seed)
-      : w1(nn::init::normal(tape, {d, 2 * d}, 0.3f, seed)),
-        b1(nn::init::normal(tape, {2 * d}, 0.1f, seed + 1)),
-        w2(nn::init::normal(tape, {2 * d, d}, 0.3f, seed + 2)),
-        b2(nn::init::normal(tape, {d}, 0.1f, seed + 3)) {}
-  T operator()(const T& x) const { return x + linear(gelu(linear(x, w1, b1)), w2, b2); }
-  std::vector<T> params() const { return {w1, b1, w2, b2}; }
-};
+// y = x + W2 gelu(W1 x + b1) + b2 (support/mlp_block.hpp): x takes two gradients inside the
+// segment, so their sum and a gradient from outside are three additions whose order shows in
+// the last bit.
+using Mlp = remat_test::MlpBlock;
 
 std::vector<T> with(std::vector<T> v, std::initializer_list<T> more) {
   v.insert(v.end(), more);

@@ -7,6 +7,7 @@
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"
+#include "support/mlp_block.hpp"
 
 using namespace remat;
 using T = Tensor<Cpu>;
@@ -66,17 +67,7 @@ void require_same(const Run& a, const Run& b) {
   }
 }
 
-// A small residual MLP block used by the generic tests: x + W2 gelu(W1 x + b1).
-struct MlpBlock {
-  T w1, b1, w2, b2;
-  MlpBlock(Tape<Cpu>& tape, int d, std::uint64_t seed)
-      : w1(nn::init::normal(tape, {d, 2 * d}, 0.3f, seed)),
-        b1(nn::init::normal(tape, {2 * d}, 0.1f, seed + 1)),
-        w2(nn::init::normal(tape, {2 * d, d}, 0.3f, seed + 2)),
-        b2(nn::init::normal(tape, {d}, 0.1f, seed + 3)) {}
-  T operator()(const T& x) const { return x + linear(gelu(linear(x, w1, b1)), w2, b2); }
-  std::vector<T> params() const { return {w1, b1, w2, b2}; }
-};
+using remat_test::MlpBlock;
 
 std::vector<std::vector<float>> grads_of(const std::vector<T>& ps) {
   std::vector<std::vector<float>> g;
