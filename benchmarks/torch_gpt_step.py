@@ -166,7 +166,8 @@ def main():
                          "(torch.utils.checkpoint.checkpoint_sequential with K segments)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                    help="cuda: fp32 (TF32 matmuls allowed), peak = torch.cuda.max_memory_allocated")
+                    help="cuda: fp32 (TF32 matmuls allowed), peak = torch.cuda.max_memory_allocated "
+                         "and max_memory_reserved")
     args = ap.parse_args()
     if args.d % args.heads != 0:
         ap.error("--d must be divisible by --heads")
@@ -252,6 +253,8 @@ def main():
         "device": args.device,
         "cuda_max_memory_allocated_bytes":
             torch.cuda.max_memory_allocated() if args.device == "cuda" else None,
+        "cuda_max_memory_reserved_bytes":
+            torch.cuda.max_memory_reserved() if args.device == "cuda" else None,
     }))
 
 

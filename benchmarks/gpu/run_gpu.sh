@@ -1,50 +1,95 @@
 #!/usr/bin/env bash
-# One go on a GPU machine that has nvcc, cmake, cuBLAS and PyTorch but no Debian dev packages
-# (carry .deps from prepare_deps.sh): builds and runs the GPU tests, then remat's and PyTorch's
-# GPT-2 124M benchmarks and the sequence-length sweep, writing everything under OUT, with
-# summary.md at the end. About 5-8 minutes on an H200.
-#   bash benchmarks/gpu/run_gpu.sh "$OUT"
+# The one GPU command. On a machine with nvcc, cmake, cuBLAS and PyTorch but no Debian dev
+# packages (carry .deps from prepare_deps.sh), it builds and runs the GPU tests first, then
+# remat's and PyTorch's GPT-2 124M steps (none/block/selective) and the sequence sweep.
+#
+#   bash benchmarks/gpu/run_gpu.sh OUTDIR [BUDGET_SECONDS]     (budget default 420)
+#
+# It leaves three files in OUTDIR, whatever happens: summary.md, run.log and results.tar.gz
+# (every step's own log and JSON, machine.txt). Every step runs under a timeout cut to what is
+# left of the budget, so the whole run ends inside it; a failing step prints the tail of its log
+# to stdout and the run goes on to the next. The build never uses -Werror (an unknown host
+# compiler must not stop the run). Exit status: the GPU tests' (or the build's, if it failed).
+#
+# REMAT_GPU_BUILD_DIR (default build-gpu) and REMAT_GPU_CMAKE_ARGS let a CPU machine prove the
+# script's logic with another build (tests/gpu_script/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${1:?usage: run_gpu.sh OUTDIR}
+OUT=${1:?usage: run_gpu.sh OUTDIR [BUDGET_SECONDS]}
+BUDGET=${2:-420}
+BUILD=${REMAT_GPU_BUILD_DIR:-build-gpu}
 mkdir -p "$OUT"
-log() { echo "== $*" | tee -a "$OUT/run.log"; }
-{ nvidia-smi; nvcc --version; cmake --version; python3 -c 'import torch; print("torch", torch.__version__)'; } \
-  > "$OUT/machine.txt" 2>&1
+OUT=$(cd "$OUT" && pwd)
+RAW=$(mktemp -d "${TMPDIR:-/tmp}/remat-gpu.XXXXXX")
+START=$(date +%s)
+: > "$OUT/run.log"
 
-log "configure and build (CUDA tests; CPU parts only as far as they are needed)"
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" \
-  -DREMAT_WERROR=ON -DREMAT_BUILD_EXAMPLES=OFF >> "$OUT/build.log" 2>&1 \
-  || { log "configure FAILED (see build.log)"; exit 1; }
-cmake --build build-gpu -j "$(nproc)" --target remat_cuda_tests gpt_step_cuda >> "$OUT/build.log" 2>&1 \
-  || { log "build FAILED (see build.log)"; exit 1; }
+log() { echo "== [$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/run.log"; }
+left() { echo $(( START + BUDGET - $(date +%s) )); }
 
-log "GPU tests"
-build-gpu/tests/remat_cuda_tests 2>&1 | tee "$OUT/cuda_tests.txt"
-rc=${PIPESTATUS[0]}
+# step NAME LIMIT OUTFILE CMD...: runs CMD with stdout to $RAW/OUTFILE and stderr to
+# $RAW/NAME.log under min(LIMIT, what is left - 20 s for the bundle); returns CMD's status.
+step() {
+  local name=$1 limit=$2 outfile=$3
+  shift 3
+  local t
+  t=$(( $(left) - 20 ))
+  (( t > limit )) && t=$limit
+  if (( t < 5 )); then
+    log "$name SKIPPED: the budget is spent"
+    return 124
+  fi
+  log "$name (limit ${t}s)"
+  timeout --kill-after=5 "$t" "$@" > "$RAW/$outfile" 2> "$RAW/$name.log"
+  local rc=$?
+  if (( rc != 0 )); then
+    if (( rc == 124 || rc == 137 )); then log "$name TIMED OUT after ${t}s"; else log "$name FAILED (exit $rc)"; fi
+    echo "---- tail of $name's output ----"
+    tail -n 25 "$RAW/$outfile" "$RAW/$name.log" 2>/dev/null | tee -a "$OUT/run.log"
+    echo "----"
+  fi
+  return $rc
+}
+
+finish() {
+  local rc=$1
+  cp "$OUT/run.log" "$RAW/run.log"
+  python3 benchmarks/gpu/summarize.py "$RAW" "$rc" > "$OUT/summary.md" 2>> "$OUT/run.log" \
+    || echo "# GPU run: summarize.py failed; see run.log and results.tar.gz" > "$OUT/summary.md"
+  cat "$OUT/summary.md"
+  cp "$OUT/run.log" "$RAW/run.log"
+  tar -czf "$OUT/results.tar.gz" -C "$RAW" . && rm -rf "$RAW"
+  log "done in $(( $(date +%s) - START ))s, exit $rc"
+  exit "$rc"
+}
+
+{ nvidia-smi; nvcc --version; cmake --version; python3 -c 'import torch; print("torch", torch.__version__)'; \
+  nproc; } > "$RAW/machine.txt" 2>&1
+
+# shellcheck disable=SC2086  # REMAT_GPU_CMAKE_ARGS is a list of words
+step configure 90 configure.txt cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DREMAT_WERROR=OFF -DREMAT_BUILD_EXAMPLES=OFF \
+  ${REMAT_GPU_CMAKE_ARGS:-} || finish 2
+step build 240 build.txt cmake --build "$BUILD" -j "$(nproc)" --target remat_cuda_tests gpt_step_cuda \
+  || finish 2
+
+step cuda_tests 120 cuda_tests.txt "$BUILD/tests/remat_cuda_tests"
+rc=$?
 log "GPU tests exit code $rc"
 
+# GPT-2 124M shapes: L=12 d=768 heads=12 seq=1024 batch 8 vocab 50257, fp32 with TF32 GEMMs
 gpt2=(--layers 12 --d 768 --heads 12 --seq 1024 --batch 8 --vocab 50257)
-log "remat, GPT-2 124M shapes: none, block, selective in turns"
-timeout 240 build-gpu/benchmarks/gpt_step_cuda "${gpt2[@]}" --steps 10 --warmup 2 \
-  --checkpoint none,block,selective > "$OUT/remat_gpt2_124m.jsonl" 2>> "$OUT/run.log" || log "remat gpt2 FAILED"
-for seq in 1024 4096; do
-  timeout 120 build-gpu/benchmarks/gpt_step_cuda --layers 12 --d 768 --heads 12 --seq $seq --batch 1 \
-    --vocab 50257 --steps 3 --warmup 1 --checkpoint none > "$OUT/remat_seq$seq.jsonl" 2>> "$OUT/run.log" \
-    || log "remat seq $seq FAILED"
-done
-log "PyTorch reference, GPT-2 124M shapes (L=12 d=768 heads=12 seq=1024 batch 8 vocab 50257)"
+step remat_gpt2 150 remat_gpt2_124m.jsonl "$BUILD/benchmarks/gpt_step_cuda" "${gpt2[@]}" \
+  --steps 10 --warmup 2 --checkpoint none,block,selective
 for ck in none block; do
-  python3 benchmarks/torch_gpt_step.py --device cuda --layers 12 --d 768 --heads 12 --seq 1024 \
-    --batch 8 --vocab 50257 --steps 10 --warmup 3 --checkpoint "$ck" \
-    > "$OUT/torch_gpt2_124m_$ck.json" 2>> "$OUT/run.log" || log "torch $ck FAILED"
+  step "torch_gpt2_$ck" 90 "torch_gpt2_124m_$ck.json" python3 benchmarks/torch_gpt_step.py --device cuda \
+    "${gpt2[@]}" --steps 10 --warmup 3 --checkpoint "$ck"
 done
-for seq in 1024 4096; do  # for the attention's memory against sequence length (eager, materialized)
-  python3 benchmarks/torch_gpt_step.py --device cuda --layers 12 --d 768 --heads 12 --seq $seq \
-    --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none \
-    > "$OUT/torch_seq$seq.json" 2>> "$OUT/run.log" || log "torch seq $seq FAILED"
+# the attention's memory and time against sequence length (batch 1, no checkpointing)
+for seq in 1024 4096; do
+  step "remat_seq$seq" 60 "remat_seq$seq.jsonl" "$BUILD/benchmarks/gpt_step_cuda" --layers 12 --d 768 \
+    --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none
+  step "torch_seq$seq" 60 "torch_seq$seq.json" python3 benchmarks/torch_gpt_step.py --device cuda \
+    --layers 12 --d 768 --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none
 done
-python3 benchmarks/gpu/summarize.py "$OUT" > "$OUT/summary.md" 2>> "$OUT/run.log"
-cat "$OUT/summary.md"
-log "done"
-exit "$rc"
+finish "$rc"

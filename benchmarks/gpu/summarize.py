@@ -1,45 +1,89 @@
-"""Summarizes a run_gpu.sh output folder as markdown: tokens/s and peak VRAM of remat and
-PyTorch for GPT-2 124M shapes, and the attention's memory against sequence length.
-    python3 benchmarks/gpu/summarize.py OUTDIR > OUTDIR/summary.md
+"""Summarizes a run_gpu.sh raw folder as markdown: which steps passed, the GPU tests' result, then
+tokens/s, the ledger's peak, reserved bytes (ours against the estimate) and PyTorch's allocated and
+reserved peaks at GPT-2 124M shapes, and the attention's memory against sequence length.
+    python3 benchmarks/gpu/summarize.py RAWDIR [TESTS_EXIT_CODE] > summary.md
+Missing or broken files show as missing rows, never as a crash: the summary must always come back.
 """
-import glob
 import json
 import os
+import re
 import sys
 
-out = sys.argv[1]
+raw = sys.argv[1]
+tests_rc = sys.argv[2] if len(sys.argv) > 2 else "?"
 GiB = 1024.0 ** 3
 
 
-def lines(path):
+def text(name):
     try:
-        with open(path) as f:
-            return [json.loads(l) for l in f if l.startswith("{")]
-    except (OSError, ValueError):
-        return []
+        with open(os.path.join(raw, name), errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
-print("# GPU run, %s" % os.path.basename(os.path.abspath(out)))
-try:
-    print("\n```\n" + open(os.path.join(out, "machine.txt")).read().strip()[:1500] + "\n```\n")
-except OSError:
-    pass
-print("GPT-2 124M shapes: L=12, d=768, heads=12, seq=1024, batch 8, vocab 50257, fp32 (TF32 GEMMs), AdamW.\n")
-print("| impl | checkpoint | tokens/s | step s | peak VRAM GiB |")
-print("|---|---|---|---|---|")
-for d in lines(os.path.join(out, "remat_gpt2_124m.jsonl")):
-    print("| remat | %s | %.0f | %.4f | %.2f |" % (d["checkpoint"], d["tokens_per_s"], d["step_s"], d["peak_bytes"] / GiB))
+def rows(name):
+    out = []
+    for line in text(name).splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def gib(v):
+    return "%.2f" % (v / GiB) if isinstance(v, (int, float)) else "-"
+
+
+print("# GPU run")
+machine = text("machine.txt").strip()
+if machine:
+    print("\n```\n" + machine[:1800] + "\n```")
+
+print("\n## Steps\n")
+for line in text("run.log").splitlines():
+    if line.startswith("== "):
+        print("- " + line[3:])
+
+tests = text("cuda_tests.txt")
+counts = re.findall(r"(\d+) passed, (\d+) failed", tests)
+print("\n## GPU tests (exit code %s)\n" % tests_rc)
+if counts:
+    print("%s passed, %s failed." % counts[-1])
+failures = [l for l in tests.splitlines() if l.startswith("FAILED")]
+if failures:
+    print("\n```\n" + "\n".join(failures[:40]) + "\n```")
+detail = [l for l in tests.splitlines() if l.startswith("  estimator") or l.startswith("  GPT")]
+if detail:
+    print("\n```\n" + "\n".join(detail[:20]) + "\n```")
+
+print("\n## GPT-2 124M shapes\n")
+print("L=12, d=768, heads=12, seq=1024, batch 8, vocab 50257; fp32 with TF32 GEMMs, AdamW. "
+      "remat: peak = the ledger's live bytes, reserved = what its caching allocator holds from "
+      "cudaMalloc (predicted = the estimator's, before the run). PyTorch: "
+      "torch.cuda.max_memory_allocated and max_memory_reserved after warm-up.\n")
+print("| impl | checkpoint | tokens/s | step s | peak GiB | reserved GiB | predicted reserved GiB |")
+print("|---|---|---|---|---|---|---|")
+for d in rows("remat_gpt2_124m.jsonl"):
+    print("| remat | %s | %.0f | %.4f | %s | %s | %s |" % (
+        d.get("checkpoint"), d.get("tokens_per_s", 0), d.get("step_s", 0), gib(d.get("peak_bytes")),
+        gib(d.get("peak_reserved_bytes")), gib(d.get("predicted_reserved_bytes"))))
 for ck in ("none", "block"):
-    for d in lines(os.path.join(out, "torch_gpt2_124m_%s.json" % ck)):
-        print("| PyTorch %s | %s | %.0f | %.4f | %.2f |" % (d["torch_version"], ck, d["tokens_per_s"], d["step_s"],
-                                                         d["cuda_max_memory_allocated_bytes"] / GiB))
-print("\nSequence length (batch 1, none): peak VRAM GiB\n")
-print("| impl | seq 1024 | seq 4096 | ratio |")
-print("|---|---|---|---|")
-for impl, pat in (("remat", "remat_seq%d.jsonl"), ("PyTorch", "torch_seq%d.json")):
-    v = []
-    for seq in (1024, 4096):
-        rows = lines(os.path.join(out, pat % seq))
-        key = "peak_bytes" if impl == "remat" else "cuda_max_memory_allocated_bytes"
-        v.append(rows[0][key] / GiB if rows else float("nan"))
-    print("| %s | %.2f | %.2f | %.2fx |" % (impl, v[0], v[1], v[1] / v[0] if v[0] else float("nan")))
+    for d in rows("torch_gpt2_124m_%s.json" % ck):
+        print("| PyTorch %s | %s | %.0f | %.4f | %s | %s | - |" % (
+            d.get("torch_version"), ck, d.get("tokens_per_s", 0), d.get("step_s", 0),
+            gib(d.get("cuda_max_memory_allocated_bytes")), gib(d.get("cuda_max_memory_reserved_bytes"))))
+
+print("\n## Sequence length (batch 1, no checkpointing)\n")
+print("| impl | seq | tokens/s | peak GiB | reserved GiB |")
+print("|---|---|---|---|---|")
+for seq in (1024, 4096):
+    for d in rows("remat_seq%d.jsonl" % seq):
+        print("| remat | %d | %.0f | %s | %s |" % (seq, d.get("tokens_per_s", 0), gib(d.get("peak_bytes")),
+                                                 gib(d.get("peak_reserved_bytes"))))
+    for d in rows("torch_seq%d.json" % seq):
+        print("| PyTorch | %d | %.0f | %s | %s |" % (seq, d.get("tokens_per_s", 0),
+                                                   gib(d.get("cuda_max_memory_allocated_bytes")),
+                                                   gib(d.get("cuda_max_memory_reserved_bytes"))))
