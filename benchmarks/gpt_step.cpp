@@ -13,8 +13,12 @@
 template <> void set_threads<Cpu>(int threads) { set_num_threads(threads); }
 template <> std::string backend_json<Cpu>() {
   // The arena (NOTE [CPU arena allocator]): cached and touched bytes now, the process-wide peak
-  // of touched bytes, and the bytes its cap gave back and faulted in again.
+  // of touched bytes, and the bytes its cap gave back and faulted in again; the step plan's
+  // block and the planned buffers' own peak (NOTE [Planned step layout]).
+  auto& arena = cpu::CpuArena::instance();
   return "\"cpu_cache_bytes\":" + std::to_string(Cpu::cached_bytes()) +
+         ",\"cpu_step_block_bytes\":" + std::to_string(arena.step_block_bytes()) +
+         ",\"cpu_step_planned_peak_bytes\":" + std::to_string(arena.step_planned_peak()) +
          ",\"reserved_bytes\":" + std::to_string(Cpu::reserved_bytes()) +
          ",\"reserved_peak_bytes\":" + std::to_string(Cpu::peak_reserved_bytes()) +
          ",\"cpu_refaulted_bytes\":" + std::to_string(Cpu::refaulted_bytes());

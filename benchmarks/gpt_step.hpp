@@ -142,6 +142,7 @@ int gpt_step_main(int argc, char** argv) {
     for (int s = 0; s < (warmup + steps) * n; ++s) {
       Result& r = results[static_cast<std::size_t>(s % n)];
       const bool measured = s >= warmup * n;
+      StepScope<B> step_scope;  // as gpt_train_step: the CPU arena plans the step's buffers
       model.config.checkpoint = r.strategy;
       tape.segment_stats().clear();
       reset_peak_memory<B>();

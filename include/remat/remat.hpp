@@ -22,6 +22,7 @@
 #include "remat/core/rng.hpp"
 #include "remat/core/segment.hpp"
 #include "remat/core/shape.hpp"
+#include "remat/core/step.hpp"
 #include "remat/core/tape.hpp"
 #include "remat/core/tensor.hpp"
 

@@ -116,5 +116,26 @@ if [ -e "$DIR/never.safetensors" ] || ls "$DIR"/never.safetensors.* >/dev/null 2
   bad "an infeasible limit wrote weights"; else ok "an infeasible limit writes nothing"; fi
 expect_error "bad budget" "is not a byte count" "${small[@]}" --checkpoint budget:lots
 
+# The system's memory limit (NOTE [System memory limit]): a model too large for the process's
+# limit ends with OutOfMemory naming the limit, exit 1, never a kill or a crash. 302M parameters
+# (1.2 GB, 4.8 GB with gradients and AdamW's state) under RLIMIT_AS of 1.5 GB:
+big=(--layers 24 --d 1024 --heads 8 --seq 16 --batch 1 --threads 1 --steps 1 --checkpoint block)
+# (the arena's address-space reservation may meet the cap before the ledger's limit does: both
+# end in OutOfMemory)
+VLIMIT=1500000 expect_error "a model too large for RLIMIT_AS" "out of memory" "${big[@]}"
+# ... and under a cgroup (v1) memory limit of 512 MiB, where this machine lets us make one (the
+# kernel would SIGKILL at the limit; we must stop before it).
+CG=/sys/fs/cgroup/memory/remat-test-$$
+if mkdir "$CG" 2>/dev/null; then
+  echo $((512 * 1024 * 1024)) > "$CG/memory.limit_in_bytes"
+  sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$CG" "$BIN" "${big[@]}" >"$DIR/out" 2>"$DIR/err"
+  rc=$?
+  rmdir "$CG" 2>/dev/null
+  if [ "$rc" -eq 1 ] && grep -Eq "out of memory.*cgroup v1" "$DIR/err"; then ok "a model too large for a 512 MiB cgroup"; else
+    bad "cgroup limit: exit $rc, stderr: $(cat "$DIR/err")"; fi
+else
+  echo "skip: no writable v1 memory cgroup here (the RLIMIT_AS case above covers the mechanism)"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

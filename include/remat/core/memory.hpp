@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "remat/core/error.hpp"
@@ -96,11 +97,15 @@ class Ledger {
     throw OutOfMemory(detail::cat(
         "remat: out of memory: allocating ", bytes, " bytes (", category_name(c), ") with ",
         s_.live_total, " bytes live would exceed the memory limit of ", limit_, " bytes (",
-        static_cast<double>(limit_) / 1048576.0,
-        " MiB, set by remat::set_memory_limit); hint: checkpoint more (a budget:<bytes> "
-        "strategy plans for the limit), lower the batch size, or raise the limit"));
+        static_cast<double>(limit_) / 1048576.0, " MiB, ", limit_source_,
+        "); hint: checkpoint more (a budget:<bytes> strategy plans for the limit), lower the "
+        "batch size, or raise the limit"));
   }
-  void set_limit(std::int64_t bytes) noexcept { limit_ = bytes; }
+  /// `source` says where the limit comes from, for the error message.
+  void set_limit(std::int64_t bytes, std::string source = "set by remat::set_memory_limit") {
+    limit_ = bytes;
+    limit_source_ = std::move(source);
+  }
   /// NOTE [fault injection]: the n-th allocation from now (n >= 1) throws OutOfMemory, once;
   /// 0 disarms. Every byte a backend allocates passes check_limit (Storage, kernels' scratch),
   /// so this reaches every allocation site.
@@ -145,6 +150,7 @@ class Ledger {
   }
   MemoryStats s_;
   std::int64_t limit_ = 0;     // 0: no limit
+  std::string limit_source_;
   std::int64_t fault_in_ = 0;  // > 0: allocations left until the injected fault (this one fails)
   std::int64_t failures_ = 0;
 };
@@ -153,6 +159,29 @@ template <class B>
 Ledger& ledger() {
   static Ledger l;  // one per backend, function-local so the header stays ODR-safe
   return l;
+}
+
+// A backend whose host imposes a memory limit (the CPU: NOTE [System memory limit] in
+// backend/cpu/system_memory.hpp) has `static SystemLimit system_memory_limit()`; its ledger
+// starts with that limit, once, at the first Storage.
+struct SystemLimit {
+  std::int64_t bytes = 0;  // 0: none
+  std::string source;      // for the error message
+};
+template <class B, class = void>
+struct has_system_limit : std::false_type {};
+template <class B>
+struct has_system_limit<B, std::void_t<decltype(B::system_memory_limit())>> : std::true_type {};
+template <class B>
+void apply_system_limit() {
+  if constexpr (has_system_limit<B>::value) {
+    static const bool once = [] {
+      const SystemLimit s = B::system_memory_limit();
+      if (s.bytes > 0 && ledger<B>().limit() == 0) ledger<B>().set_limit(s.bytes, s.source);
+      return true;
+    }();
+    (void)once;
+  }
 }
 
 /// Counts a kernel's internal scratch buffer under `temporaries` for its lifetime, so the
@@ -234,11 +263,14 @@ template <class B>
 void set_memory_limit(std::int64_t bytes) {
   REMAT_CHECK(bytes >= 0, "remat::set_memory_limit: limit of ", bytes,
               " bytes (expected >= 0; 0 removes the limit)");
+  detail::apply_system_limit<B>();  // first, so that this call replaces it
   detail::ledger<B>().set_limit(bytes);
 }
-/// The limit set by set_memory_limit<B> (0: none).
+/// The limit in force: set by set_memory_limit<B>, or the system's (NOTE [System memory limit]
+/// in backend/cpu/system_memory.hpp); 0: none.
 template <class B>
 std::int64_t memory_limit() {
+  detail::apply_system_limit<B>();
   return detail::ledger<B>().limit();
 }
 

@@ -24,6 +24,7 @@ template <class B>
 class Storage {
  public:
   Storage(std::size_t bytes, Category c) : bytes_(bytes), category_(c) {
+    detail::apply_system_limit<B>();  // once: the host's memory limit, if B reads one
     detail::ledger<B>().check_limit(c, static_cast<std::int64_t>(bytes));
     ptr_ = bytes ? B::allocate(bytes) : nullptr;
     detail::ledger<B>().on_alloc(c, static_cast<std::int64_t>(bytes));

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/backend/cpu/system_memory.hpp"
 #include "remat/core/grad_mode.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/plan/chain.hpp"
@@ -265,7 +266,8 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
 }
 
 /// What the process holds beyond the ledger's peak, as a budget reserves it: the CPU allocator
-/// keeps at most 1% (at least 1 MiB) over its peak of live bytes (NOTE [CPU arena allocator]),
+/// keeps at most 0.5% (at least 512 KiB) over its peak of live bytes, the planned step block's
+/// packing loss included (NOTE [CPU arena allocator], NOTE [Planned step layout]),
 /// and the process grows outside the allocator by about 4 MiB (the tape's and the kernels'
 /// small host vectors, code) plus OpenBLAS's packing buffer, about 1 KiB per row of the tallest
 /// GEMM (the weight gradients' V or 4d rows, or the batch's tokens), which the CPU GEMM caps at
@@ -278,7 +280,7 @@ inline std::int64_t process_overhead(const GPTConfig& c, std::int64_t tokens) {
 }
 inline std::int64_t process_headroom(const GPTConfig& c, std::int64_t tokens,
                                      std::int64_t ledger_peak) {
-  return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) +
+  return std::max<std::int64_t>(ledger_peak / 200, std::int64_t{512} << 10) +
          process_overhead(c, tokens);
 }
 
@@ -503,8 +505,8 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
 }
 
 /// Bytes this process can still take: the least of MemAvailable (/proc/meminfo) and the room
-/// left under the cgroup's memory limit (v2 memory.max - memory.current, or v1's files).
-/// 0 where none of these can be read.
+/// left under the memory cgroup's or RLIMIT_AS's limit (cpu::read_system_memory, NOTE [System
+/// memory limit]). 0 where none of these can be read.
 inline std::int64_t available_memory() {
   std::int64_t avail = 0;
   {
@@ -514,25 +516,8 @@ inline std::int64_t available_memory() {
     while (f >> key >> kb >> unit)
       if (key == "MemAvailable:") avail = kb * 1024;
   }
-  auto read = [](const char* path) -> std::int64_t {
-    std::ifstream f(path);
-    std::string v;
-    if (!(f >> v) || v == "max") return -1;
-    try {
-      return std::stoll(v);
-    } catch (const std::exception&) {
-      return -1;
-    }
-  };
-  auto room = [&](const char* limit, const char* used) {
-    const std::int64_t l = read(limit), u = read(used);
-    if (l > 0 && u >= 0 && l < (std::int64_t{1} << 60)) {
-      const std::int64_t r = std::max<std::int64_t>(0, l - u);
-      avail = avail > 0 ? std::min(avail, r) : r;
-    }
-  };
-  room("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current");
-  room("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  const cpu::SystemMemory s = cpu::read_system_memory();
+  if (s.limit > 0) avail = avail > 0 ? std::min(avail, s.room()) : s.room();
   return avail;
 }
 

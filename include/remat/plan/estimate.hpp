@@ -17,6 +17,7 @@
 
 #include "remat/backend/meta.hpp"
 #include "remat/core/memory.hpp"
+#include "remat/core/step.hpp"
 #include "remat/core/tape.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/optim/adamw.hpp"
@@ -60,7 +61,7 @@ struct StepEstimate {
   // Bytes Target's allocator reserves at its peak, from a fresh allocator: through the first
   // step, and through the second (reserved bytes only grow, and the steps after repeat the
   // second's allocations). 0 where Target has no ReservedModel (the CPU: its arena keeps at
-  // most 1% over the ledger's peak, NOTE [CPU arena allocator]).
+  // most 0.5% over the ledger's peak, NOTE [CPU arena allocator]).
   std::int64_t reserved_first = 0;
   std::int64_t reserved_peak = 0;
   double seconds = 0.0;  // time the estimate took
@@ -73,6 +74,7 @@ struct StepEstimate {
 template <class B, class Optimizer>
 Tensor<B> gpt_train_step(const nn::GPT<B>& model, Optimizer& opt, const Tensor<B>& idx,
                          const Tensor<B>& targets, float grad_clip = 0.0f) {
+  StepScope<B> step;  // the CPU arena plans the step's buffers (NOTE [Planned step layout])
   Tensor<B> loss = model.loss(idx, targets);
   loss.tape().backward(loss);
   if (grad_clip > 0.0f) optim::clip_grad_norm(opt.params(), grad_clip);

@@ -18,8 +18,11 @@
 
 #include <Eigen/Core>
 
+#include "remat/backend/cpu/step_layout.hpp"
+#include "remat/backend/cpu/system_memory.hpp"
 #include "remat/config.hpp"
 #include "remat/core/error.hpp"
+#include "remat/core/memory.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -78,14 +81,20 @@ void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
 // The cap: best fit still leaves holes. At GPT-2 124M shapes the logits (98 MiB) are freed just
 // before the 147 MiB token-embedding gradient is allocated, and no online placement can put one
 // where the other was: the extent ends 7% above the peak of live bytes. So the touched bytes are
-// capped at the peak of live bytes plus a slack (1%, at least 2 MiB; REMAT_CPU_CACHE_SLACK=0.05
-// makes it 5%, =inf turns the cap off). Past the cap, free ranges go back to the system (madvise
-// MADV_DONTNEED) from the highest address down (placement favours low addresses, so those are
-// reused last); allocations prefer ranges whose pages are still touched, and pages given back
-// and needed again are faulted in with one MADV_POPULATE_WRITE call (half the cost of faulting
-// them one by one). With GPT L8 d256 (none or block) nothing is given back once the layout has
-// settled; at 124M shapes about 100 MiB (none) or 40 MiB (block) is, every step: about 35 ms
-// of a 4.3 s step on the 2-core VM of benchmarks/results/2026-11-30-rss-vs-ledger.md.
+// capped at the peak of live bytes plus a slack (0.5%, at least 512 KiB;
+// REMAT_CPU_CACHE_SLACK=0.05 makes it 5%, =inf turns the cap off). Past the cap, free ranges go
+// back to the system (madvise MADV_DONTNEED) from the highest address down (placement favours
+// low addresses, so those are reused last); allocations prefer ranges whose pages are still
+// touched, and pages given back and needed again are faulted in with one MADV_POPULATE_WRITE
+// call (half the cost of faulting them one by one).
+// Steps: inside begin_step()/end_step() (remat::StepScope; gpt_train_step and the trainer open
+// one) the arena records the step and, from the next step on, places the step's own buffers in
+// one block as planned offline from that record (NOTE [Planned step layout] in
+// step_layout.hpp). Then nothing is given back and faulted in again once the first two steps
+// have run: GPT L8 d256 T256 B4 with block checkpointing holds 125.3 MiB for a 125.2 MiB peak
+// of live bytes, GPT-2 124M (T512 B1) 2116 MiB for 2102 MiB, and neither faults a page in again
+// after warm-up. Without step scopes the cap still holds, by giving pages back every step (at
+// 124M shapes about 100-200 MiB a step, 1-2% of the step's time).
 //   reserved_bytes()  the bytes touched and not given back: live buffers and cached_bytes(),
 //                     counted to the page; peak_reserved_bytes() is its high-water mark.
 //   empty_cache()     hands every free range back and unmaps emptied extra reservations.
@@ -96,8 +105,8 @@ void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
 class CpuArena {
  public:
   static constexpr std::size_t kAlign = 64;
-  static constexpr double kDefaultSlack = 0.01;
-  static constexpr std::size_t kMinSlack = std::size_t{2} << 20;
+  static constexpr double kDefaultSlack = 0.005;
+  static constexpr std::size_t kMinSlack = std::size_t{512} << 10;
   static std::size_t round(std::size_t bytes) {
     return (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   }
@@ -120,7 +129,8 @@ class CpuArena {
   }
 
   /// reservation_bytes: the size of each reservation (0: the machine's physical memory).
-  /// slack: touched bytes may exceed the peak of live bytes by this fraction (at least 2 MiB).
+  /// slack: touched bytes may exceed the peak of live bytes by this fraction (at least
+  /// kMinSlack).
   explicit CpuArena(std::size_t reservation_bytes = 0, double slack = kDefaultSlack,
                     bool enabled = true)
       : reservation_(reservation_bytes ? reservation_bytes : default_reservation()),
@@ -133,56 +143,94 @@ class CpuArena {
   CpuArena& operator=(const CpuArena&) = delete;
 
   /// round(bytes) from the arena, 64-byte aligned; nullptr when no reservation can be had.
+  /// Inside a step (begin_step), at the planned place when the step follows its plan.
   void* allocate(std::size_t bytes) {
     const std::size_t n = round(bytes);
     std::lock_guard<std::mutex> lock(mu_);
-    char* p = take_free(n);
-    if (!p) p = extend(n);
-    if (!p && reserve(n)) p = extend(n);
-    if (!p) return nullptr;
-    live_ += n;
-    peak_live_ = std::max(peak_live_, live_);
-    enforce_cap();  // first: the pages given back leave before the new ones come in
-    peak_ = std::max(peak_, touched());
-    if (fault_in_) populate(p, p + n);
-    fault_in_ = false;
+    if (steps_open_ > 0 && block_.p) {
+      const std::size_t at = layout_.offset_for(n, block_.p);
+      if (at != StepLayout::npos && at + n <= block_.n) {
+        char* p = block_.p + at;
+        layout_.record_allocation(p, n, true);
+        return p;
+      }
+    }
+    char* p = allocate_online(n);
+    if (p && steps_open_ > 0) layout_.record_allocation(p, n, false);
     return p;
   }
   /// Takes p back if it is the arena's (true); false if not (the caller frees it).
   bool deallocate(void* ptr, std::size_t bytes) noexcept {
     char* p = static_cast<char*>(ptr);
-    std::size_t size = round(bytes), clean = 0;
     std::lock_guard<std::mutex> lock(mu_);
-    const Region* g = region_of(p);
-    if (!g) return false;
-    live_ -= size;
-    char* lo = p;
-    auto next = free_.lower_bound(p);
-    if (next != free_.end() && next->first == p + size && next->first < g->base + g->size) {
-      size += next->second.size;
-      clean += next->second.clean;
-      next = erase_range(next);
+    if (Block* b = block_of(p)) {
+      try {
+        if (steps_open_ > 0) layout_.record_free(p, true);
+        else layout_.release_planned(p);
+      } catch (...) {  // no memory for the record: this step will not be planned from
+        layout_.abandon();
+        layout_.release_planned(p);
+      }
+      if (b != &block_ && !layout_.any_live_in(b->p, b->p + b->n)) free_retired(b);
+      return true;
     }
-    if (next != free_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first >= g->base && prev->first + prev->second.size == p) {
-        lo = prev->first;
-        size += prev->second.size;
-        clean += prev->second.clean;
-        erase_range(prev);
+    if (!region_of(p)) return false;
+    if (steps_open_ > 0) {
+      try {
+        layout_.record_free(p, false);
+      } catch (...) {
+        layout_.abandon();
       }
     }
-    try {
-      insert_range(lo, size, clean);
-    } catch (...) {  // no memory for the bookkeeping: the range is lost, not corrupted
-    }
+    deallocate_online(p, round(bytes));
     return true;
+  }
+
+  /// The start and end of a training step (nested calls count once): between them, the arena
+  /// records the allocations and, once a step has been recorded, places them as planned
+  /// (NOTE [Planned step layout] in step_layout.hpp). `completed` false: the step ended by an
+  /// exception, and its record is dropped.
+  void begin_step() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (steps_open_++ > 0) return;
+    layout_.begin();
+    const std::size_t need = layout_.block_bytes();
+    if (!enabled() || need == 0 || (block_.p && block_.n >= need)) return;
+    retire_block();  // a larger plan: the block is replaced (freed now, or once it is empty)
+    block_.p = allocate_online(need);
+    block_.n = block_.p ? need : 0;
+    if (!block_.p) layout_.drop_plan();
+  }
+  void end_step(bool completed) noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (steps_open_ == 0 || --steps_open_ > 0) return;
+    if (!completed) {
+      layout_.abandon();
+      return;
+    }
+    try {
+      layout_.end();
+    } catch (...) {  // no memory to plan: keep the old plan
+      layout_.abandon();
+    }
+  }
+  /// Bytes of the block that holds the planned buffers (0: none), and the planned buffers'
+  /// own peak of live bytes (what the block would hold if packed perfectly).
+  std::size_t step_block_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return block_.n;
+  }
+  std::size_t step_planned_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return layout_.planned_peak();
   }
 
   /// Hands every free range back to the system; returns the bytes handed back.
   std::size_t empty_cache() noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     const std::size_t before = touched();
+    layout_.drop_plan();  // the next steps record a plan of their own
+    retire_block();
     for (Region& g : regions_) {  // a free range at the end of the extent lowers it
       auto last = tail_of(g);
       if (last == free_.end()) continue;
@@ -274,6 +322,74 @@ class CpuArena {
     std::size_t clean;  // bytes of its pages given back to the system (in clean_)
   };
   using FreeIt = std::map<char*, Range>::iterator;
+  struct Block {  // a step plan's block: one buffer of the arena, live while held
+    char* p = nullptr;
+    std::size_t n = 0;
+  };
+
+  char* allocate_online(std::size_t n) {
+    char* p = take_free(n);
+    if (!p) p = extend(n);
+    if (!p && reserve(n)) p = extend(n);
+    if (!p) return nullptr;
+    live_ += n;
+    peak_live_ = std::max(peak_live_, live_);
+    enforce_cap();  // first: the pages given back leave before the new ones come in
+    peak_ = std::max(peak_, touched());
+    if (fault_in_) populate(p, p + n);
+    fault_in_ = false;
+    return p;
+  }
+  void deallocate_online(char* p, std::size_t size) noexcept {
+    const Region* g = region_of(p);
+    std::size_t clean = 0;
+    live_ -= size;
+    char* lo = p;
+    auto next = free_.lower_bound(p);
+    if (next != free_.end() && next->first == p + size && next->first < g->base + g->size) {
+      size += next->second.size;
+      clean += next->second.clean;
+      next = erase_range(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first >= g->base && prev->first + prev->second.size == p) {
+        lo = prev->first;
+        size += prev->second.size;
+        clean += prev->second.clean;
+        erase_range(prev);
+      }
+    }
+    try {
+      insert_range(lo, size, clean);
+    } catch (...) {  // no memory for the bookkeeping: the range is lost, not corrupted
+    }
+  }
+  // The plan's block, or a retired one, that holds p; nullptr if none.
+  Block* block_of(const char* p) noexcept {
+    if (block_.p && p >= block_.p && p < block_.p + block_.n) return &block_;
+    for (Block& b : retired_)
+      if (p >= b.p && p < b.p + b.n) return &b;
+    return nullptr;
+  }
+  // The block goes back to the arena now, or when its last planned buffer is freed.
+  void retire_block() noexcept {
+    if (!block_.p) return;
+    Block b = block_;
+    block_ = Block{};
+    if (!layout_.any_live_in(b.p, b.p + b.n)) {
+      deallocate_online(b.p, b.n);
+      return;
+    }
+    try {
+      retired_.push_back(b);
+    } catch (...) {  // no memory to remember it: it stays allocated
+    }
+  }
+  void free_retired(Block* b) noexcept {
+    deallocate_online(b->p, b->n);
+    retired_.erase(retired_.begin() + (b - retired_.data()));
+  }
 
   static std::size_t page() {
 #if REMAT_CPU_ARENA_MMAP
@@ -528,7 +644,11 @@ class CpuArena {
   std::size_t free_bytes_ = 0;   // sum of the free ranges' sizes
   std::size_t clean_bytes_ = 0;  // sum of the free ranges' given-back bytes
   std::size_t live_ = 0, peak_live_ = 0, peak_ = 0, refaulted_ = 0;
-  bool fault_in_ = false;  // the last placement touches pages not resident: populate them
+  bool fault_in_ = false;
+  StepLayout layout_;          // NOTE [Planned step layout]
+  int steps_open_ = 0;         // begin_step() calls not yet ended
+  Block block_;                // the plan's block
+  std::vector<Block> retired_;  // earlier blocks with planned buffers still live  // the last placement touches pages not resident: populate them
 };
 
 struct CpuMemory {
@@ -568,6 +688,24 @@ struct CpuMemory {
   static void empty_cache() { CpuArena::instance().empty_cache(); }
   /// Turns the arena on or off (off also empties it; live buffers are still taken back).
   static void set_caching(bool on) { CpuArena::instance().set_enabled(on); }
+  /// The host's memory limit as the ledger's default (NOTE [System memory limit] in
+  /// system_memory.hpp): the room under the cgroup's limit or RLIMIT_AS less a margin; none if
+  /// there is no limit or REMAT_SYSTEM_MEMORY_LIMIT=0.
+  static remat::detail::SystemLimit system_memory_limit() {
+    const char* off = std::getenv("REMAT_SYSTEM_MEMORY_LIMIT");
+    if (off && std::string(off) == "0") return {};
+    const SystemMemory s = read_system_memory();
+    const std::int64_t bytes = ledger_limit_under(s);
+    if (bytes <= 0) return {};
+    return {bytes, remat::detail::cat("the room under ", s.source, " (", s.limit, " bytes, ",
+                                      s.used, " in use) less 64 MiB and 3%; "
+                                      "REMAT_SYSTEM_MEMORY_LIMIT=0 or set_memory_limit<Cpu> "
+                                      "replaces it")};
+  }
+  /// A training step's start and end (remat::StepScope calls them): the arena plans the
+  /// step's buffers from the last step's record (NOTE [Planned step layout]).
+  static void begin_step() { CpuArena::instance().begin_step(); }
+  static void end_step(bool completed) noexcept { CpuArena::instance().end_step(completed); }
 
   static void copy_from_host(void* dst, const void* src, std::size_t bytes) {
     std::memcpy(dst, src, bytes);
