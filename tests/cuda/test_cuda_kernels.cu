@@ -106,7 +106,7 @@ void test_pointwise() {
     e1 = std::max(e1, std::fabs(double(y[i]) - math::gelu(x[i])));
     e2 = std::max(e2, std::fabs(double(g[i]) - dy[i] * math::gelu_grad(x[i])));
   }
-  check(e1 < 1e-5 && e2 < 1e-5, "gelu forward and backward follow ops/math.hpp", std::max(e1, e2));
+  check(e1 < 1e-5 && e2 < 1e-5, "gelu forward and backward follow core/math.hpp", std::max(e1, e2));
   // dropout: the mask of element i is the CPU's
   Cuda::dropout_forward(out.p, dx.p, static_cast<std::int64_t>(n), 0.3f, 42, 1000);
   const auto d = out.host();

@@ -10,7 +10,7 @@
 
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/backend/cuda/sizes.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {

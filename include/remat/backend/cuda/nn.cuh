@@ -17,7 +17,7 @@
 #include "remat/backend/cuda/gemm.cuh"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/shape.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {

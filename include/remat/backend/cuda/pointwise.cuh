@@ -1,7 +1,7 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // CUDA pointwise kernels: binary with trailing broadcast, affine, GELU, ReLU, tanh, dropout,
-// broadcast rows. The per-element math is ops/math.hpp's (shared with the CPU tests) and the
+// broadcast rows. The per-element math is core/math.hpp's (shared with the CPU tests) and the
 // dropout masks come from the same Philox stream as the CPU's, so masks match across backends.
 // Broadcast gradients are summed by deterministic column sums (colsum.cuh).
 
@@ -10,7 +10,7 @@
 #include "remat/backend/cuda/colsum.cuh"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/rng.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {
