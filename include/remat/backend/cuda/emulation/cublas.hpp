@@ -6,8 +6,10 @@
 // row-major to column-major mapping of gemm.cuh is tested for real. TF32 math mode rounds the
 // inputs to TF32 (10 mantissa bits), as tensor cores would; the default mode is exact fp32.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "remat/backend/cuda/emulation/runtime.hpp"
 
@@ -81,26 +83,37 @@ inline cublasStatus_t sgemm_reference(cublasHandle_t h, cublasOperation_t ta, cu
     return CUBLAS_STATUS_EXECUTION_FAILED;  // a host pointer: a fault on the device
   if (dev.sync_status() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   const bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
-  const float a = *alpha, b = *beta;
+  auto in = [tf32](float x) { return tf32 ? to_tf32(x) : x; };
+  const double a = *alpha, b = *beta;
+  std::vector<double> col(static_cast<std::size_t>(m));  // column j of op(A) op(B), in double
   for (int z = 0; z < batch; ++z) {
     const float* Az = A + z * sa;
     const float* Bz = B + z * sb;
     float* Cz = C + z * sc;
-    for (int j = 0; j < n; ++j)
-      for (int i = 0; i < m; ++i) {
-        double s = 0;
-        for (int l = 0; l < k; ++l) {
-          float x = tA ? Az[l + static_cast<long long>(i) * lda] : Az[i + static_cast<long long>(l) * lda];
-          float y = tB ? Bz[j + static_cast<long long>(l) * ldb] : Bz[l + static_cast<long long>(j) * ldb];
-          if (tf32) {
-            x = to_tf32(x);
-            y = to_tf32(y);
-          }
-          s += static_cast<double>(x) * y;
+    for (int j = 0; j < n; ++j) {
+      auto bv = [&](int l) {  // op(B)(l, j)
+        return in(tB ? Bz[j + static_cast<long long>(l) * ldb] : Bz[l + static_cast<long long>(j) * ldb]);
+      };
+      if (tA) {  // op(A)(i, l) = A(l, i): a row of op(A) is a column of A, contiguous
+        for (int i = 0; i < m; ++i) {
+          const float* ai = Az + static_cast<long long>(i) * lda;
+          double s = 0;
+          for (int l = 0; l < k; ++l) s += static_cast<double>(in(ai[l])) * bv(l);
+          col[static_cast<std::size_t>(i)] = s;
         }
-        float& c = Cz[i + static_cast<long long>(j) * ldc];
-        c = b == 0.0f ? static_cast<float>(a * s) : static_cast<float>(a * s + static_cast<double>(b) * c);
+      } else {  // op(A)(:, l) = A(:, l), contiguous: accumulate column by column
+        std::fill(col.begin(), col.end(), 0.0);
+        for (int l = 0; l < k; ++l) {
+          const double y = bv(l);
+          const float* al = Az + static_cast<long long>(l) * lda;
+          for (int i = 0; i < m; ++i) col[static_cast<std::size_t>(i)] += static_cast<double>(in(al[i])) * y;
+        }
       }
+      float* cj = Cz + static_cast<long long>(j) * ldc;
+      for (int i = 0; i < m; ++i)  // beta = 0: C is not read (it may hold NaN)
+        cj[i] = static_cast<float>(b == 0.0 ? a * col[static_cast<std::size_t>(i)]
+                                            : a * col[static_cast<std::size_t>(i)] + b * cj[i]);
+    }
   }
   return CUBLAS_STATUS_SUCCESS;
 }

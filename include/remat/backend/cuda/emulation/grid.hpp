@@ -287,28 +287,42 @@ class BlockRunner {
   }
 
   void complete(Warp& w, int warp) {
-    const int base = warp * 32;
+    const int width = w.width, mask = width - 1;
+    const int* p = w.params;
     std::uint32_t ballot = 0;
-    for (int l = 0; l < 32; ++l)
-      if (w.values[l] != 0) ballot |= 1u << l;
-    for (int l = 0; l < 32; ++l) {
-      const int seg = l & ~(w.width - 1), p = w.params[l];
-      int src = l;
-      switch (w.op) {
-        case WarpOp::shfl: src = seg + (p & (w.width - 1)); break;
-        case WarpOp::shfl_up: src = (l - seg) >= p ? l - p : l; break;
-        case WarpOp::shfl_down: src = (l - seg) + p < w.width ? l + p : l; break;
-        case WarpOp::shfl_xor: src = (l ^ p) < seg + w.width ? l ^ p : l; break;
-        default: break;
-      }
-      if (w.op == WarpOp::ballot) w.results[l] = ballot;
-      else if (w.op == WarpOp::any) w.results[l] = ballot != 0;
-      else if (w.op == WarpOp::all) w.results[l] = ballot == 0xffffffffu;
-      else w.results[l] = w.values[src];
+    switch (w.op) {
+      case WarpOp::shfl:
+        for (int l = 0; l < 32; ++l) w.results[l] = w.values[(l & ~mask) + (p[l] & mask)];
+        break;
+      case WarpOp::shfl_up:
+        for (int l = 0; l < 32; ++l) w.results[l] = w.values[(l & mask) >= p[l] ? l - p[l] : l];
+        break;
+      case WarpOp::shfl_down:
+        for (int l = 0; l < 32; ++l) w.results[l] = w.values[(l & mask) + p[l] < width ? l + p[l] : l];
+        break;
+      case WarpOp::shfl_xor:  // a lane of a later segment is out of reach: own value
+        for (int l = 0; l < 32; ++l) {
+          const int src = l ^ p[l];
+          w.results[l] = w.values[src >= 0 && src < (l & ~mask) + width ? src : l];
+        }
+        break;
+      case WarpOp::ballot:
+      case WarpOp::any:
+      case WarpOp::all:
+        for (int l = 0; l < 32; ++l)
+          if (w.values[l] != 0) ballot |= 1u << l;
+        for (int l = 0; l < 32; ++l)
+          w.results[l] = w.op == WarpOp::ballot ? ballot
+                         : w.op == WarpOp::any  ? (ballot != 0)
+                                                : (ballot == 0xffffffffu);
+        break;
     }
     w.arrived = 0;
-    for (int l = 0; l < 32; ++l)
-      if (base + l != current_) set_ready(base + l);
+    // every lane of the warp but the running one is ready again (a warp is 32 aligned bits)
+    const int base = warp * 32;
+    for (int l = 0; l < 32; ++l) threads_[static_cast<std::size_t>(base + l)].state = State::ready;
+    ready_[static_cast<std::size_t>(base / 64)] |=
+        (std::uint64_t{0xffffffffu} << (base % 64)) & ~(std::uint64_t{1} << (current_ % 64));
     self().state = State::running;
   }
 
@@ -403,7 +417,7 @@ void launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, std::
     dev.record(cudaErrorInvalidConfiguration);
     return;
   }
-  dev.count_launch();
+  dev.count_launch(name);
   if (dev.faults().launch_fault_in >= 0 && dev.faults().launch_fault_in-- == 0) {
     dev.set_sticky(dev.faults().launch_error);  // "faults on the device": seen at the next sync
     dev.record(cudaSuccess);

@@ -216,7 +216,12 @@ class Device {
   std::int64_t streams_created() const { return streams_created_; }
   void count_stream() { ++streams_created_; }
   std::int64_t launches() const { return launches_; }
-  void count_launch() { ++launches_; }
+  /// Launches per kernel (its name as written at the launch, e.g. "fill_kernel<>").
+  const std::map<std::string, std::int64_t>& launches_by_kernel() const { return by_kernel_; }
+  void count_launch(const char* kernel) {
+    ++launches_;
+    ++by_kernel_[kernel];
+  }
 
  private:
   struct Allocation {
@@ -240,6 +245,7 @@ class Device {
   mutable std::mutex mutex_;
   std::map<char*, Allocation> allocations_;
   std::map<char*, Block> blocks_;
+  std::map<std::string, std::int64_t> by_kernel_;
   std::size_t allocated_ = 0;
   std::int64_t mallocs_ = 0, streams_created_ = 0, launches_ = 0;
   Faults faults_;
