@@ -419,8 +419,7 @@ void launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, std::
   }
   dev.count_launch(name);
   if (dev.faults().launch_fault_in >= 0 && dev.faults().launch_fault_in-- == 0) {
-    dev.set_sticky(dev.faults().launch_error);  // "faults on the device": seen at the next sync
-    dev.record(cudaSuccess);
+    dev.set_pending_fault(dev.faults().launch_error);  // seen at the next synchronization
     return;
   }
   struct Frame {

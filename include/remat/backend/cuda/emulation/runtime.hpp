@@ -90,7 +90,8 @@ class KernelFault : public std::runtime_error {
 /// the moment they are set; -1 is off.
 struct Faults {
   int device_count = 1;                 // 0: no device (cudaErrorNoDevice from every call)
-  long malloc_fail_in = -1;             // this many cudaMallocs succeed, then one fails with
+  long malloc_fail_in = -1;             // this many cudaMallocs succeed, then
+  long malloc_fail_times = 1;           // ... this many fail with
   cudaError_t malloc_error = cudaErrorMemoryAllocation;  // ... this code
   bool stream_create_fails = false;     // cudaStreamCreate* returns cudaErrorUnknown
   long launch_fault_in = -1;            // this many launches run, then one "faults" on the device:
@@ -102,26 +103,32 @@ struct Faults {
 class Device {
  public:
   static Device& get() {
-    static Device d;
-    return d;
+    static Device* d = new Device;  // never destroyed: static destructors (the caching
+    return *d;                      // allocator's) still call cudaFree at exit
   }
   static constexpr unsigned char kPoison = 0xFF;
+  // A block's guard bytes: a float signalling NaN of its own payload (read past the end, it is
+  // NaN; any arithmetic on it, even 2 x, gives other bits, so a write there shows).
+  static constexpr unsigned char kGuard[4] = {0xA5, 0xA5, 0xA5, 0xFF};
   static constexpr std::size_t kCapacity = std::size_t(16) << 30;  // what cudaMemGetInfo reports
 
   Faults& faults() { return faults_; }
   /// Back to a fresh device: faults off, sticky error cleared (allocations stay).
   void reset_faults() {
     faults_ = Faults{};
-    sticky_ = last_ = cudaSuccess;
+    sticky_ = last_ = pending_ = cudaSuccess;
   }
 
   cudaError_t malloc(void** p, std::size_t bytes) {
     const std::lock_guard<std::mutex> lock(mutex_);
     *p = nullptr;
     if (faults_.device_count == 0) return record(cudaErrorNoDevice);
-    if (sticky_ != cudaSuccess) return sticky_;
-    if (faults_.malloc_fail_in >= 0 && faults_.malloc_fail_in-- == 0)
+    if (observe() != cudaSuccess) return record(sticky_);
+    if (faults_.malloc_fail_in == 0 && faults_.malloc_fail_times > 0) {
+      if (--faults_.malloc_fail_times == 0) faults_.malloc_fail_in = -1;
       return record(faults_.malloc_error);
+    }
+    if (faults_.malloc_fail_in > 0) --faults_.malloc_fail_in;
     if (bytes == 0) return cudaSuccess;
     if (bytes > kCapacity - allocated_) return record(cudaErrorMemoryAllocation);
     void* m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -154,12 +161,13 @@ class Device {
   std::int64_t mallocs() const { return mallocs_; }
 
   // The caching allocator's blocks (memory.cuh tells the emulation): a block's bytes past the
-  // request, up to the pool's rounding, are a guard that must keep the poison, and a kernel's
+  // request, up to the pool's rounding, are a guard that must keep its pattern, and a kernel's
   // pointer into a segment of the pool must point into a live block.
   void track_block(void* p, std::size_t bytes, std::size_t rounded) {
     const std::lock_guard<std::mutex> lock(mutex_);
     char* c = static_cast<char*>(p);
-    std::memset(c, kPoison, rounded);  // fresh to the kernels: as if never written
+    std::memset(c, kPoison, bytes);  // fresh to the kernels: as if never written
+    for (std::size_t i = bytes; i < rounded; ++i) c[i] = static_cast<char>(kGuard[(i - bytes) % 4]);
     blocks_[c] = Block{bytes, rounded};
     if (Allocation* a = find(p, 0)) a->pooled = true;
   }
@@ -175,7 +183,7 @@ class Device {
     const std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [base, b] : blocks_)
       for (std::size_t i = b.bytes; i < b.rounded; ++i)
-        if (static_cast<unsigned char>(base[i]) != kPoison)
+        if (static_cast<unsigned char>(base[i]) != kGuard[(i - b.bytes) % 4])
           return "it wrote past the end of a " + std::to_string(b.bytes) + "-byte buffer (byte " +
                  std::to_string(i) + ", " + std::to_string(i - b.bytes) + " bytes past the end)";
     return {};
@@ -210,9 +218,12 @@ class Device {
   /// What a synchronizing call returns: the sticky error of a kernel that faulted, or none.
   cudaError_t sync_status() {
     if (faults_.device_count == 0) return record(cudaErrorNoDevice);
-    return sticky_ == cudaSuccess ? cudaSuccess : record(sticky_);
+    return observe() == cudaSuccess ? cudaSuccess : record(sticky_);
   }
-  void set_sticky(cudaError_t e) { sticky_ = last_ = e; }
+  /// A kernel faulted on the device: the host learns it at its next synchronizing call (as on a
+  /// GPU: the launch itself succeeded), and from then on every call fails with it.
+  void set_pending_fault(cudaError_t e) { pending_ = e; }
+  void set_sticky(cudaError_t e) { sticky_ = e; }
   std::int64_t streams_created() const { return streams_created_; }
   void count_stream() { ++streams_created_; }
   std::int64_t launches() const { return launches_; }
@@ -232,6 +243,11 @@ class Device {
     std::size_t bytes, rounded;
   };
   Device() = default;
+  cudaError_t observe() {
+    if (pending_ != cudaSuccess && sticky_ == cudaSuccess) sticky_ = pending_;
+    pending_ = cudaSuccess;
+    return sticky_;
+  }
   Allocation* find(const void* p, std::size_t bytes) const {
     const char* c = static_cast<const char*>(p);
     auto it = allocations_.upper_bound(const_cast<char*>(c));
@@ -249,7 +265,7 @@ class Device {
   std::size_t allocated_ = 0;
   std::int64_t mallocs_ = 0, streams_created_ = 0, launches_ = 0;
   Faults faults_;
-  cudaError_t last_ = cudaSuccess, sticky_ = cudaSuccess;
+  cudaError_t last_ = cudaSuccess, sticky_ = cudaSuccess, pending_ = cudaSuccess;
 };
 
 inline Device& device() { return Device::get(); }
