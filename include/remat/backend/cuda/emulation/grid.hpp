@@ -11,7 +11,8 @@
 //   intrinsic; a lane that exited, waits at a barrier, or a partial mask is a KernelFault.
 // - The ready thread run next is the lowest-numbered one in even blocks and the highest in odd
 //   ones: one warp runs as far ahead as it can, so a missing barrier lets it overwrite (or
-//   read) shared memory before the other warps are done, as a real race could.
+//   read) shared memory before the other warps are done, as a real race could. The blocks of
+//   a launch run in order in odd launches and in reverse in even ones (races between blocks).
 // - Static __shared__ memory is filled with 0xFF bytes (NaN) when a block starts (gcc and
 //   clang without ASan; under gcc's ASan the section is not kept and nothing is filled), the
 //   dynamic shared memory of each block too.
@@ -437,10 +438,16 @@ void launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, std::
     std::apply(fr.kernel, fr.params);  // each thread gets its own copies of the parameters
   };
   BlockRunner& runner = BlockRunner::get();
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x)
-        runner.run(name, body, &frame, uint3{x, y, z}, block, grid, dyn.get(), smem);
+  // Blocks run first to last in odd launches and last to first in even ones: a race between
+  // blocks (two writing one place, one reading what another writes) shows in one of the two.
+  const bool backwards = dev.launches() % 2 == 0;
+  const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+  for (unsigned long long i = 0; i < blocks; ++i) {
+    const unsigned long long b = backwards ? blocks - 1 - i : i;
+    const uint3 idx{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                    static_cast<unsigned>(b / (1ull * grid.x * grid.y))};
+    runner.run(name, body, &frame, idx, block, grid, dyn.get(), smem);
+  }
   const std::string guard = dev.broken_guard();
   if (!guard.empty())
     throw KernelFault("remat CUDA emulation: kernel " + std::string(name) + ": " + guard);
