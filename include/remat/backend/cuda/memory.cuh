@@ -82,15 +82,31 @@ class CachingAllocator {
     (void)cudaDeviceSynchronize();  // kernels may still read blocks of the freed segments
     pool_.release_cached();
   }
-  std::size_t reserved_bytes() const noexcept { return pool_.reserved_bytes(); }
-  std::size_t peak_reserved_bytes() const noexcept { return pool_.peak_reserved_bytes(); }
-  void reset_peak_reserved() noexcept { pool_.reset_peak_reserved(); }
-  std::size_t cached_bytes() const noexcept { return pool_.cached_bytes(); }
-  std::int64_t cuda_mallocs() const noexcept { return pool_.device_reserves(); }
+  // the pool's counters under the same mutex as its changes (as the CPU arena's)
+  std::size_t reserved_bytes() const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.reserved_bytes();
+  }
+  std::size_t peak_reserved_bytes() const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.peak_reserved_bytes();
+  }
+  void reset_peak_reserved() noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    pool_.reset_peak_reserved();
+  }
+  std::size_t cached_bytes() const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.cached_bytes();
+  }
+  std::int64_t cuda_mallocs() const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.device_reserves();
+  }
 
  private:
   CachingAllocator() = default;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   BlockPool<CudaDevice> pool_;
 };
 
