@@ -104,7 +104,7 @@ class BlockRunner {
     if (__start_remat_emu_shared && __stop_remat_emu_shared)
       std::memset(__start_remat_emu_shared, Device::kPoison,
                   static_cast<std::size_t>(__stop_remat_emu_shared - __start_remat_emu_shared));
-    while (static_cast<int>(stacks_.size()) < n) stacks_.emplace_back();
+    while (static_cast<int>(stacks_.size()) < n) stacks_.emplace_back(stacks_.size());
     threads_.assign(static_cast<std::size_t>(n), Thread{});
     warps_.assign(static_cast<std::size_t>((n + 31) / 32), Warp{});
     ready_.assign(static_cast<std::size_t>((n + 63) / 64), 0);
