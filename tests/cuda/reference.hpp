@@ -7,5 +7,6 @@
 
 namespace remat_cuda_test {
 Result cpu_op(const std::string& name);
-Result cpu_gpt(const std::string& strategy, float dropout);
+Result cpu_gpt(const std::string& strategy, float dropout, GptShape shape = {});
+Result cpu_optim(const std::string& name);
 }  // namespace remat_cuda_test

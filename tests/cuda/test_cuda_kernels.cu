@@ -8,8 +8,14 @@
 // reserve exactly the bytes that Meta<Cuda> and the host-only Meta<CudaModel> predict.
 // Without a device it says so and exits 77, which ctest counts as skipped, never as passed.
 
+#include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <remat/backend/cuda/model.hpp>
@@ -53,9 +59,14 @@ std::vector<float> seq(std::size_t n, float scale, float shift) {
   for (std::size_t i = 0; i < n; ++i) v[i] = scale * rng::normal(5, n, i) + shift;
   return v;
 }
+// max |a - b|; NaN anywhere (poisoned memory read in the emulation) is infinitely far
 double maxdiff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return HUGE_VAL;
   double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double(a[i]) - b[i]);
+    if (!(d <= m)) m = std::isnan(d) ? HUGE_VAL : d;
+  }
   return m;
 }
 
@@ -106,7 +117,7 @@ void test_pointwise() {
     e1 = std::max(e1, std::fabs(double(y[i]) - math::gelu(x[i])));
     e2 = std::max(e2, std::fabs(double(g[i]) - dy[i] * math::gelu_grad(x[i])));
   }
-  check(e1 < 1e-5 && e2 < 1e-5, "gelu forward and backward follow ops/math.hpp", std::max(e1, e2));
+  check(e1 < 1e-5 && e2 < 1e-5, "gelu forward and backward follow core/math.hpp", std::max(e1, e2));
   // dropout: the mask of element i is the CPU's
   Cuda::dropout_forward(out.p, dx.p, static_cast<std::int64_t>(n), 0.3f, 42, 1000);
   const auto d = out.host();
@@ -116,6 +127,15 @@ void test_pointwise() {
     mismatches += std::fabs(d[i] - want) > 1e-6f;
   }
   check(mismatches == 0, "dropout masks equal the CPU's", mismatches);
+  // add_into (a leaf's gradient accumulation) and fill
+  Cuda::add_into(grad.p, ddy.p, static_cast<std::int64_t>(n));
+  const auto acc = grad.host();
+  double e5 = 0;
+  for (std::size_t i = 0; i < n; ++i) e5 = std::max(e5, std::fabs(double(acc[i]) - (double(g[i]) + dy[i])));
+  Cuda::fill(grad.p, static_cast<std::int64_t>(n), 0.25f);
+  const auto filled = grad.host();
+  check(e5 < 1e-6 && maxdiff(filled, std::vector<float>(n, 0.25f)) == 0.0, "add_into and fill",
+        std::max(e5, maxdiff(filled, std::vector<float>(n, 0.25f))));
   // binary with a broadcast bias: forward and the summed gradient
   const std::int64_t outer = 50, inner = 20;
   auto a = seq(static_cast<std::size_t>(outer * inner), 1, 0), bias = seq(static_cast<std::size_t>(inner), 1, 2), go = seq(static_cast<std::size_t>(outer * inner), 1, 0);
@@ -148,7 +168,14 @@ void test_estimator() {
     c.block_size = 128;
     c.dropout = 0.0f;
     c.checkpoint = nn::CheckpointStrategy::parse(strategy);
-    const std::int64_t B = 2, T = 128;
+    std::int64_t B = 2, T = 128;
+#if defined(REMAT_CUDA_EMULATION)
+    // Emulated (the CPU runs every CUDA thread): 2 layers at T 64, a vocabulary of 4096 so the
+    // logits (2 MiB) still take the allocator's mid-size segments; 40 s -> a few.
+    c.n_layer = 2;
+    c.vocab_size = 4096;
+    T = 64;
+#endif
     const StepEstimate est = estimate_gpt_step<Cuda>(c, B, T);
     const StepEstimate model = estimate_gpt_step<CudaModel>(c, B, T);
     Cuda::empty_cache();
@@ -217,12 +244,9 @@ void test_allocator() {
 // max |a - b| / max |b|: one number per tensor, stated with its limit
 double rel(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return 1e30;
-  double d = 0, m = 1e-12;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    d = std::max(d, std::fabs(double(a[i]) - b[i]));
-    m = std::max(m, std::fabs(double(b[i])));
-  }
-  return d / m;
+  double m = 1e-12;
+  for (std::size_t i = 0; i < b.size(); ++i) m = std::max(m, std::fabs(double(b[i])));
+  return maxdiff(a, b) / m;
 }
 double worst(const remat_cuda_test::Result& a, const remat_cuda_test::Result& b) {
   double e = rel(a.out, b.out);
@@ -231,13 +255,35 @@ double worst(const remat_cuda_test::Result& a, const remat_cuda_test::Result& b)
   return e;
 }
 
+bool is_attention(const std::string& op) {
+  return op.find("attention") != std::string::npos;
+}
 void test_ops_against_cpu() {
   cuda::Context::get().set_tf32(false);  // exact fp32 GEMMs: differences are summation order only
   for (const auto& name : remat_cuda_test::op_names()) {
-    const double e = worst(remat_cuda_test::run_op<Cuda>(name), remat_cuda_test::cpu_op(name));
-    const double limit = 1e-4;
-    std::printf("  op %-16s forward+backward vs CPU: max rel diff %.2e (limit %.0e)\n", name.c_str(), e, limit);
-    check(e <= limit, name.c_str(), e);
+    const auto cpu = remat_cuda_test::cpu_op(name);
+    // attention both ways: fused (head sizes up to 128) and materialized (P kept, as the CPU)
+    for (const auto path : {cuda::AttentionPath::fused, cuda::AttentionPath::materialized}) {
+      if (path == cuda::AttentionPath::materialized && !is_attention(name)) continue;
+      Cuda::set_attention_path(path);
+      const double e = worst(remat_cuda_test::run_op<Cuda>(name), cpu);
+      const double limit = 1e-4;
+      const std::string what = name + (is_attention(name) ? path == cuda::AttentionPath::fused
+                                                                  ? " (fused)" : " (materialized)"
+                                                            : "");
+      std::printf("  op %-32s forward+backward vs CPU: max rel diff %.2e (limit %.0e)\n",
+                  what.c_str(), e, limit);
+      check(e <= limit, what.c_str(), e);
+    }
+  }
+  Cuda::set_attention_path(cuda::AttentionPath::from_env);
+}
+
+void test_optim_against_cpu() {
+  for (const auto& name : remat_cuda_test::optim_names()) {
+    const double e = worst(remat_cuda_test::run_optim<Cuda>(name), remat_cuda_test::cpu_optim(name));
+    std::printf("  optimizer %-14s 3 steps vs CPU: max rel diff %.2e (limit 1e-5)\n", name.c_str(), e);
+    check(e <= 1e-5, name.c_str(), e);
   }
 }
 
@@ -255,7 +301,64 @@ void test_gpt() {
       check(d <= 1e-5, "checkpointed gradients equal the plain ones on CUDA", d);
     }
   }
+  // GPT-2's head size (64: 2 heads of 128), fused and materialized attention
+  remat_cuda_test::GptShape gpt2_head;
+  gpt2_head.n_embd = 128;
+  gpt2_head.n_head = 2;
+  gpt2_head.n_layer = 2;
+  const auto cpu = remat_cuda_test::cpu_gpt("none", 0.1f, gpt2_head);
+  for (const auto path : {cuda::AttentionPath::fused, cuda::AttentionPath::materialized}) {
+    Cuda::set_attention_path(path);
+    const double e = worst(run_gpt<Cuda>("none", 0.1f, gpt2_head), cpu);
+    const char* how = path == cuda::AttentionPath::fused ? "fused" : "materialized";
+    std::printf("  GPT step, head size 64, %s attention, vs CPU: max rel diff %.2e (limit 1e-3)\n", how, e);
+    check(e <= 1e-3, "GPT step at head size 64 matches the CPU", e);
+  }
+  Cuda::set_attention_path(cuda::AttentionPath::from_env);
   cuda::Context::get().set_tf32(true);
+}
+
+#if defined(REMAT_CUDA_EMULATION)
+// Every __global__ kernel of include/remat/backend/cuda ran at least once in this process:
+// the emulation counts launches by name, the headers are read for the names.
+void test_every_kernel_ran() {
+  std::set<std::string> declared, launched;
+  for (const char* f : {"memory.cuh", "pointwise.cuh", "colsum.cuh", "optim.cuh", "nn.cuh", "flash.cuh"}) {
+    std::ifstream in(std::string(REMAT_CUDA_KERNEL_DIR) + "/" + f);
+    check(bool(in), "the kernel headers are readable");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::size_t at = text.find("__global__ void "); at != std::string::npos;
+         at = text.find("__global__ void ", at + 1)) {
+      std::size_t b = at + 16, e = b;
+      while (e < text.size() && (std::isalnum(static_cast<unsigned char>(text[e])) || text[e] == '_')) ++e;
+      declared.insert(text.substr(b, e - b));
+    }
+  }
+  for (const auto& [name, count] : cuda::emu::device().launches_by_kernel())
+    if (count > 0) launched.insert(name.substr(0, name.find('<')));
+  std::string never;
+  for (const auto& k : declared)
+    if (!launched.count(k)) never += " " + k;
+  std::printf("  kernels: %zu declared, %zu launched; never launched:%s\n", declared.size(),
+              launched.size(), never.empty() ? " none" : never.c_str());
+  check(declared.size() >= 20, "the kernel headers declare the kernels", double(declared.size()));
+  check(never.empty(), "every kernel is reached by a test");
+}
+#endif
+
+// One section: its failures (and an exception, which ends only this section) are counted,
+// and its time is printed (the emulation's budget is stated in tests/cuda/README.md).
+template <class Fn>
+void section(const char* name, Fn fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    std::printf("FAILED: %s ended with an exception: %s\n", name, e.what());
+    ++failed;
+  }
+  std::printf("[%s: %.1f s]\n", name,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 }  // namespace
 
@@ -264,19 +367,18 @@ int main() {
     std::printf("SKIP: no CUDA device here; these tests need a GPU (they are not counted as passed)\n");
     return 77;
   }
-  try {
-    std::printf("%s\n", Cuda::describe().c_str());
-    test_estimator();
-    test_gemm();
-    test_pointwise();
-    test_allocator();
-    test_ops_against_cpu();
-    test_gpt();
-    Cuda::synchronize();
-  } catch (const std::exception& e) {
-    std::printf("FAILED with an exception: %s\n", e.what());
-    ++failed;
-  }
+  std::printf("%s\n", Cuda::describe().c_str());
+  section("estimator", test_estimator);  // first: on a fresh allocator
+  section("gemm", test_gemm);
+  section("pointwise", test_pointwise);
+  section("allocator", test_allocator);
+  section("ops", test_ops_against_cpu);
+  section("optimizers", test_optim_against_cpu);
+  section("gpt", test_gpt);
+#if defined(REMAT_CUDA_EMULATION)
+  section("coverage", test_every_kernel_ran);
+#endif
+  section("synchronize", [] { Cuda::synchronize(); });
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace detail {

@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "remat/core/apply.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 

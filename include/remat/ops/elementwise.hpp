@@ -7,7 +7,7 @@
 #include <array>
 
 #include "remat/core/apply.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 #include "remat/ops/matmul.hpp"
 #include "remat/ops/view.hpp"
 

@@ -5,7 +5,7 @@
 #include <array>
 
 #include "remat/core/apply.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace detail {

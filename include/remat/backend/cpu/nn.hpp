@@ -13,7 +13,7 @@
 
 #include "remat/backend/cpu/gemm.hpp"
 #include "remat/backend/cpu/memory.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 #include "remat/core/memory.hpp"
 

@@ -12,7 +12,7 @@
 #include "remat/backend/cpu/memory.hpp"
 #include "remat/core/rng.hpp"
 #include "remat/core/shape.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cpu {

@@ -8,9 +8,10 @@
 
 #include <cstdint>
 
+#include "remat/backend/cuda/launch.cuh"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/backend/cuda/sizes.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {
@@ -65,9 +66,9 @@ inline void column_sum(float* out, const ColumnTerm& t, std::int64_t rows, std::
   if (rows == 0 || C == 0) return;
   const auto stream = Context::get().stream();
   const unsigned cols = static_cast<unsigned>((C + 127) / 128);
-  column_partial_kernel<><<<dim3(cols, kColumnChunks), 128, 0, stream>>>(partial, t, rows, C);
-  column_finish_kernel<><<<cols, 128, 0, stream>>>(out, partial, C);
-  REMAT_CUDA_CHECK_LAUNCH("column_sum");
+  REMAT_CUDA_LAUNCH(column_partial_kernel<>, dim3(cols, kColumnChunks), 128, 0, stream,
+                    partial, t, rows, C);
+  REMAT_CUDA_LAUNCH(column_finish_kernel<>, cols, 128, 0, stream, out, partial, C);
 }
 
 }  // namespace cuda

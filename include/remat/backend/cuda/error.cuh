@@ -3,9 +3,7 @@
 // CUDA and cuBLAS errors as exceptions: every call is checked, and a failure throws
 // remat::CudaError naming the call, the file and the line. Never exit().
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
+#include "remat/backend/cuda/api.cuh"
 #include "remat/core/error.hpp"
 
 namespace remat {
@@ -54,6 +52,3 @@ inline const char* cublas_status_name(cublasStatus_t s) {
                                                     ": ",                                    \
                                                     ::remat::detail::cublas_status_name(remat_st_))); \
   } while (0)
-
-/// Checks the last kernel launch.
-#define REMAT_CUDA_CHECK_LAUNCH(what) REMAT_CUDA_CHECK(cudaGetLastError())

@@ -19,7 +19,7 @@
 
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/backend/cuda/sizes.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {
@@ -33,7 +33,7 @@ __device__ inline float warp_sum(float v) {
 }
 // lane's elements of a D-row at p: r[k] = p[lane + 32 k] (0 past D)
 __device__ inline void load_row(float (&r)[kFlashPerLane], const float* p, int lane, std::int64_t D) {
-#pragma unroll
+REMAT_UNROLL
   for (int k = 0; k < kFlashPerLane; ++k) {
     const std::int64_t d = lane + 32 * k;
     r[k] = d < D ? p[d] : 0.0f;
@@ -41,7 +41,7 @@ __device__ inline void load_row(float (&r)[kFlashPerLane], const float* p, int l
 }
 __device__ inline float dot_row(const float (&a)[kFlashPerLane], const float* p, int lane, std::int64_t D) {
   float s = 0.0f;
-#pragma unroll
+REMAT_UNROLL
   for (int k = 0; k < kFlashPerLane; ++k) {
     const std::int64_t d = lane + 32 * k;
     if (d < D) s += a[k] * p[d];
@@ -65,7 +65,7 @@ __global__ void flash_forward_kernel(AttentionLayout L, float* o, float* lse, co
     const float mn = fmaxf(m, s), c = expf(m - mn), e = expf(s - mn);
     l = l * c + e;
     const float* vj = v + qo + j * L.q_row;
-#pragma unroll
+REMAT_UNROLL
     for (int kk = 0; kk < kFlashPerLane; ++kk) {
       const std::int64_t d = lane + 32 * kk;
       acc[kk] = acc[kk] * c + (d < L.D ? e * vj[d] : 0.0f);
@@ -73,7 +73,7 @@ __global__ void flash_forward_kernel(AttentionLayout L, float* o, float* lse, co
     m = mn;
   }
   float* oi = o + L.o_offset(bh) + i * L.o_row;
-#pragma unroll
+REMAT_UNROLL
   for (int kk = 0; kk < kFlashPerLane; ++kk) {
     const std::int64_t d = lane + 32 * kk;
     if (d < L.D) oi[d] = acc[kk] / l;
@@ -111,14 +111,14 @@ __global__ void flash_dq_kernel(AttentionLayout L, float* dq, const float* dout,
     const float p = expf(scale * dot_row(qi, k + qo + j * L.q_row, lane, L.D) - li);
     const float ds = p * (dot_row(gi, v + qo + j * L.q_row, lane, L.D) - di);
     const float* kj = k + qo + j * L.q_row;
-#pragma unroll
+REMAT_UNROLL
     for (int kk = 0; kk < kFlashPerLane; ++kk) {
       const std::int64_t d = lane + 32 * kk;
       if (d < L.D) acc[kk] += ds * kj[d];
     }
   }
   float* dqi = dq + qo + i * L.q_row;
-#pragma unroll
+REMAT_UNROLL
   for (int kk = 0; kk < kFlashPerLane; ++kk) {
     const std::int64_t d = lane + 32 * kk;
     if (d < L.D) dqi[d] += scale * acc[kk];
@@ -141,7 +141,7 @@ __global__ void flash_dkdv_kernel(AttentionLayout L, float* dk, float* dv, const
     const float* gi = dout + oo + i * L.o_row;
     const float p = expf(scale * dot_row(kj, qi, lane, L.D) - lse[bh * L.T + i]);
     const float ds = p * (dot_row(vj, gi, lane, L.D) - delta[bh * L.T + i]);
-#pragma unroll
+REMAT_UNROLL
     for (int kk = 0; kk < kFlashPerLane; ++kk) {
       const std::int64_t d = lane + 32 * kk;
       if (d < L.D) {
@@ -150,7 +150,7 @@ __global__ void flash_dkdv_kernel(AttentionLayout L, float* dk, float* dv, const
       }
     }
   }
-#pragma unroll
+REMAT_UNROLL
   for (int kk = 0; kk < kFlashPerLane; ++kk) {
     const std::int64_t d = lane + 32 * kk;
     if (d < L.D) {

@@ -16,6 +16,7 @@
 
 #include "remat/backend/cuda/block_pool.hpp"
 #include "remat/backend/cuda/context.cuh"
+#include "remat/backend/cuda/launch.cuh"
 
 #include "remat/core/memory.hpp"
 
@@ -23,7 +24,10 @@ namespace remat {
 struct Cuda;
 namespace cuda {
 
-/// The real device of the pool: cudaMalloc and cudaFree.
+/// The real device of the pool: cudaMalloc and cudaFree. Only cudaErrorMemoryAllocation means
+/// out of memory (nullptr: the pool returns its cache and tries again, then OutOfMemory); any
+/// other error (no device, a driver fault, a sticky error of an earlier kernel) throws
+/// CudaError with CUDA's string and this call site.
 struct CudaDevice {
   static void* reserve(std::size_t bytes) {
     void* p = nullptr;
@@ -32,10 +36,11 @@ struct CudaDevice {
     (void)cudaGetLastError();  // clear the error state of this failure
     if (e == cudaErrorMemoryAllocation) return nullptr;
     throw CudaError(::remat::detail::cat("remat::Cuda::allocate: cudaMalloc of ", bytes,
-                                         " bytes failed: ", cudaGetErrorString(e),
-                                         " (hint: is a CUDA device visible? nvidia-smi)"));
+                                         " bytes failed at ", __FILE__, ":", __LINE__, ": ",
+                                         cudaGetErrorString(e), " (", cudaGetErrorName(e),
+                                         "; hint: is a CUDA device visible? nvidia-smi)"));
   }
-  static void release(void* p, std::size_t) noexcept { cudaFree(p); }
+  static void release(void* p, std::size_t) noexcept { (void)cudaFree(p); }
 };
 
 class CachingAllocator {
@@ -48,7 +53,12 @@ class CachingAllocator {
   void* allocate(std::size_t bytes) {
     const std::lock_guard<std::mutex> lock(mutex_);
     void* p = pool_.allocate(bytes);  // on a retry cudaFree waits for the device to finish
-    if (p) return p;
+    if (p) {
+#if defined(REMAT_CUDA_EMULATION)
+      emu::device().track_block(p, bytes, PoolSizes::round(bytes));  // poison, guard, pointer checks
+#endif
+      return p;
+    }
     std::size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     throw OutOfMemory(::remat::detail::cat(
@@ -58,24 +68,45 @@ class CachingAllocator {
   }
   void deallocate(void* p, std::size_t) noexcept {
     const std::lock_guard<std::mutex> lock(mutex_);
+#if defined(REMAT_CUDA_EMULATION)
+    emu::device().untrack_block(p);
+#endif
     pool_.deallocate(p);  // stream order: a later kernel that reuses the block runs after
   }
-  /// Returns every wholly free segment to the device. Creates no context when nothing is held.
+  /// Returns every wholly free segment to the device. Never creates the backend's context
+  /// (no stream, no cuBLAS handle) and never throws: it waits for the whole device, and an
+  /// error there (a sticky one of an earlier kernel) is left for the next checked call.
   void empty_cache() noexcept {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (pool_.segments() == 0) return;
-    cudaStreamSynchronize(Context::get().stream());
+    (void)cudaDeviceSynchronize();  // kernels may still read blocks of the freed segments
     pool_.release_cached();
   }
-  std::size_t reserved_bytes() const noexcept { return pool_.reserved_bytes(); }
-  std::size_t peak_reserved_bytes() const noexcept { return pool_.peak_reserved_bytes(); }
-  void reset_peak_reserved() noexcept { pool_.reset_peak_reserved(); }
-  std::size_t cached_bytes() const noexcept { return pool_.cached_bytes(); }
-  std::int64_t cuda_mallocs() const noexcept { return pool_.device_reserves(); }
+  // the pool's counters under the same mutex as its changes (as the CPU arena's)
+  std::size_t reserved_bytes() const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.reserved_bytes();
+  }
+  std::size_t peak_reserved_bytes() const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.peak_reserved_bytes();
+  }
+  void reset_peak_reserved() noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    pool_.reset_peak_reserved();
+  }
+  std::size_t cached_bytes() const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.cached_bytes();
+  }
+  std::int64_t cuda_mallocs() const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.device_reserves();
+  }
 
  private:
   CachingAllocator() = default;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   BlockPool<CudaDevice> pool_;
 };
 
@@ -140,13 +171,11 @@ struct CudaMemory {
   }
   static void fill(float* x, std::int64_t n, float v) {
     if (n <= 0) return;
-    fill_kernel<><<<grid_for(n), 256, 0, Context::get().stream()>>>(x, n, v);
-    REMAT_CUDA_CHECK_LAUNCH("fill");
+    REMAT_CUDA_LAUNCH(fill_kernel<>, grid_for(n), 256, 0, Context::get().stream(), x, n, v);
   }
   static void add_into(float* dst, const float* src, std::int64_t n) {
     if (n <= 0) return;
-    add_into_kernel<><<<grid_for(n), 256, 0, Context::get().stream()>>>(dst, src, n);
-    REMAT_CUDA_CHECK_LAUNCH("add_into");
+    REMAT_CUDA_LAUNCH(add_into_kernel<>, grid_for(n), 256, 0, Context::get().stream(), dst, src, n);
   }
   static void synchronize() { REMAT_CUDA_CHECK(cudaStreamSynchronize(Context::get().stream())); }
   static std::size_t reserved_bytes() { return CachingAllocator::get().reserved_bytes(); }

@@ -15,9 +15,10 @@
 #include "remat/backend/cuda/colsum.cuh"
 #include "remat/backend/cuda/flash.cuh"
 #include "remat/backend/cuda/gemm.cuh"
+#include "remat/backend/cuda/launch.cuh"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/shape.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {
@@ -203,15 +204,16 @@ struct CudaNn {
   static void layer_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
                                  const float* b, std::int64_t rows, std::int64_t C, float eps) {
     if (rows == 0) return;
-    layer_norm_forward_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(y, mean, rstd, x, w, b, C, eps);
-    REMAT_CUDA_CHECK_LAUNCH("layer_norm_forward");
+    REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<>, static_cast<unsigned>(rows), kRowThreads, 0, s(),
+                      y, mean, rstd, x, w, b, C, eps);
   }
   static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                                   const float* w, const float* mean, const float* rstd,
                                   std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
-    if (dx) layer_norm_dx_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(dx, dy, x, w, mean, rstd, C);
-    REMAT_CUDA_CHECK_LAUNCH("layer_norm_backward");
+    if (dx) REMAT_CUDA_LAUNCH(layer_norm_dx_kernel<>, static_cast<unsigned>(rows),
+                      kRowThreads, 0, s(),
+                      dx, dy, x, w, mean, rstd, C);
     const Scratch scratch(CudaSizes::layer_norm_backward_scratch(rows, C));
     ColumnTerm t;
     t.g = dy;
@@ -224,20 +226,20 @@ struct CudaNn {
   }
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
-    softmax_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(y, x, C, 1.0f, 0);
-    REMAT_CUDA_CHECK_LAUNCH("softmax_forward");
+    REMAT_CUDA_LAUNCH(softmax_kernel<>, static_cast<unsigned>(rows), kRowThreads, 0, s(),
+                      y, x, C, 1.0f, 0);
   }
   static void softmax_backward(float* dx, const float* y, const float* dy, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
-    softmax_backward_kernel<><<<static_cast<unsigned>(rows), kRowThreads, 0, s()>>>(dx, y, dy, C, false);
-    REMAT_CUDA_CHECK_LAUNCH("softmax_backward");
+    REMAT_CUDA_LAUNCH(softmax_backward_kernel<>, static_cast<unsigned>(rows), kRowThreads, 0, s(),
+                      dx, y, dy, C, false);
   }
   static float cross_entropy_forward(float* lse, const float* logits, const std::int32_t* targets,
                                      std::int64_t N, std::int64_t V) {
     const Scratch scratch(CudaSizes::cross_entropy_forward_scratch(N));
     float* loss = scratch.as<float>();
-    cross_entropy_forward_kernel<><<<static_cast<unsigned>(N), kRowThreads, 0, s()>>>(lse, loss, logits, targets, V);
-    REMAT_CUDA_CHECK_LAUNCH("cross_entropy_forward");
+    REMAT_CUDA_LAUNCH(cross_entropy_forward_kernel<>, static_cast<unsigned>(N), kRowThreads, 0, s(),
+                      lse, loss, logits, targets, V);
     std::vector<float> h(static_cast<std::size_t>(N));
     CudaMemory::copy_to_host(h.data(), loss, h.size() * 4);
     double total = 0;
@@ -247,18 +249,17 @@ struct CudaNn {
   static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                                      const std::int32_t* targets, std::int64_t N, std::int64_t V, float scale) {
     if (N == 0) return;
-    cross_entropy_backward_kernel<><<<static_cast<unsigned>(N), kRowThreads, 0, s()>>>(dlogits, logits, lse, targets, V, scale);
-    REMAT_CUDA_CHECK_LAUNCH("cross_entropy_backward");
+    REMAT_CUDA_LAUNCH(cross_entropy_backward_kernel<>, static_cast<unsigned>(N),
+                      kRowThreads, 0, s(),
+                      dlogits, logits, lse, targets, V, scale);
   }
   static void embedding_forward(float* y, const float* w, const std::int32_t* ids, std::int64_t n, std::int64_t C) {
     if (n * C == 0) return;
-    embedding_forward_kernel<><<<grid_for(n * C), 256, 0, s()>>>(y, w, ids, n, C);
-    REMAT_CUDA_CHECK_LAUNCH("embedding_forward");
+    REMAT_CUDA_LAUNCH(embedding_forward_kernel<>, grid_for(n * C), 256, 0, s(), y, w, ids, n, C);
   }
   static void embedding_backward(float* dw, const float* dy, const std::int32_t* ids, std::int64_t n, std::int64_t C) {
     if (n * C == 0) return;
-    embedding_backward_kernel<><<<grid_for(n * C), 256, 0, s()>>>(dw, dy, ids, n, C);
-    REMAT_CUDA_CHECK_LAUNCH("embedding_backward");
+    REMAT_CUDA_LAUNCH(embedding_backward_kernel<>, grid_for(n * C), 256, 0, s(), dw, dy, ids, n, C);
   }
   /// Range check of ids and targets: the ids come from the host anyway, so read them there.
   static void minmax_i32(const std::int32_t* x, std::int64_t n, std::int32_t& lo, std::int32_t& hi) {
@@ -274,21 +275,21 @@ struct CudaNn {
                              std::int64_t inner, float scale) {
     if (outer * inner == 0) return;
     // (sums over many rows, like a bias gradient's, use column_sum in pointwise.cuh)
-    reduce_forward_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(y, x, outer, n, inner, scale);
-    REMAT_CUDA_CHECK_LAUNCH("reduce_forward");
+    REMAT_CUDA_LAUNCH(reduce_forward_kernel<>, grid_for(outer * inner), 256, 0, s(),
+                      y, x, outer, n, inner, scale);
   }
   static void reduce_backward(float* dx, const float* dy, std::int64_t outer, std::int64_t n,
                               std::int64_t inner, float scale) {
     if (outer * n * inner == 0) return;
-    reduce_backward_kernel<><<<grid_for(outer * n * inner), 256, 0, s()>>>(dx, dy, outer, n, inner, scale);
-    REMAT_CUDA_CHECK_LAUNCH("reduce_backward");
+    REMAT_CUDA_LAUNCH(reduce_backward_kernel<>, grid_for(outer * n * inner), 256, 0, s(),
+                      dx, dy, outer, n, inner, scale);
   }
   static void copy_block(float* dst, std::int64_t dst_n, std::int64_t dst_start, const float* src,
                          std::int64_t src_n, std::int64_t src_start, std::int64_t len,
                          std::int64_t outer, std::int64_t inner, bool accumulate) {
     if (outer * len * inner == 0) return;
-    copy_block_kernel<><<<grid_for(outer * len * inner), 256, 0, s()>>>(dst, dst_n, dst_start, src, src_n, src_start, len, outer, inner, accumulate);
-    REMAT_CUDA_CHECK_LAUNCH("copy_block");
+    REMAT_CUDA_LAUNCH(copy_block_kernel<>, grid_for(outer * len * inner), 256, 0, s(),
+                      dst, dst_n, dst_start, src, src_n, src_start, len, outer, inner, accumulate);
   }
   static void permute(float* y, const float* x, const Shape& xshape, const int* perm, bool accumulate) {
     PermuteArgs a{};
@@ -304,8 +305,7 @@ struct CudaNn {
     }
     const std::int64_t n = xshape.numel();
     if (n == 0) return;
-    permute_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n, a, accumulate);
-    REMAT_CUDA_CHECK_LAUNCH("permute");
+    REMAT_CUDA_LAUNCH(permute_kernel<>, grid_for(n), 256, 0, s(), y, x, n, a, accumulate);
   }
 
   // Attention: fused (flash.cuh) for head sizes up to 128, keeping lse (B H T floats);
@@ -316,9 +316,9 @@ struct CudaNn {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     if (CudaSizes::flash(D)) {
       const std::int64_t rows = L.B * L.H * T;
-      flash_forward_kernel<><<<static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps), 32 * kFlashWarps, 0, s()>>>(
-          L, o, p, q, k, v, scale, causal);
-      REMAT_CUDA_CHECK_LAUNCH("flash attention forward");
+      REMAT_CUDA_LAUNCH(flash_forward_kernel<>, static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps),
+                        32 * kFlashWarps, 0, s(),
+                        L, o, p, q, k, v, scale, causal);
       return;
     }
     for (std::int64_t b = 0; b < L.B; ++b) {  // the heads of one batch row in one batched GEMM
@@ -326,8 +326,8 @@ struct CudaNn {
       float* P = p + b * L.H * TT;
       CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, q + qo, L.q_row, L.q_head, k + qo, L.q_row,
                              L.q_head, 0.0f, P, T, TT, L.H);
-      softmax_kernel<><<<static_cast<unsigned>(L.H * T), kRowThreads, 0, s()>>>(P, P, T, scale, causal ? T : 0);
-      REMAT_CUDA_CHECK_LAUNCH("attention softmax");
+      REMAT_CUDA_LAUNCH(softmax_kernel<>, static_cast<unsigned>(L.H * T), kRowThreads, 0, s(),
+                        P, P, T, scale, causal ? T : 0);
       CudaGemm::gemm_batched(false, false, T, D, T, 1.0f, P, T, TT, v + qo, L.q_row, L.q_head, 0.0f,
                              o + oo, L.o_row, L.o_head, L.H);
     }
@@ -341,10 +341,11 @@ struct CudaNn {
       const unsigned blocks = static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps);
       const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // rows floats
       float* delta = scratch.as<float>();
-      flash_delta_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, delta, o, dout);
-      if (dq) flash_dq_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dq, dout, q, k, v, p, delta, scale, causal);
-      if (dk || dv) flash_dkdv_kernel<><<<blocks, 32 * kFlashWarps, 0, s()>>>(L, dk, dv, dout, q, k, v, p, delta, scale, causal);
-      REMAT_CUDA_CHECK_LAUNCH("flash attention backward");
+      REMAT_CUDA_LAUNCH(flash_delta_kernel<>, blocks, 32 * kFlashWarps, 0, s(), L, delta, o, dout);
+      if (dq) REMAT_CUDA_LAUNCH(flash_dq_kernel<>, blocks, 32 * kFlashWarps, 0, s(),
+                        L, dq, dout, q, k, v, p, delta, scale, causal);
+      if (dk || dv) REMAT_CUDA_LAUNCH(flash_dkdv_kernel<>, blocks, 32 * kFlashWarps, 0, s(),
+                        L, dk, dv, dout, q, k, v, p, delta, scale, causal);
       return;
     }
     const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // H T T floats
@@ -358,8 +359,9 @@ struct CudaNn {
       if (!dq && !dk) continue;
       CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, dout + oo, L.o_row, L.o_head, v + qo,
                              L.q_row, L.q_head, 0.0f, ds, T, TT, L.H);
-      softmax_backward_kernel<><<<static_cast<unsigned>(L.H * T), kRowThreads, 0, s()>>>(ds, P, ds, T, true);
-      REMAT_CUDA_CHECK_LAUNCH("attention dS");
+      REMAT_CUDA_LAUNCH(softmax_backward_kernel<>, static_cast<unsigned>(L.H * T),
+                        kRowThreads, 0, s(),
+                        ds, P, ds, T, true);
       if (dq)
         CudaGemm::gemm_batched(false, false, T, D, T, scale, ds, T, TT, k + qo, L.q_row, L.q_head,
                                1.0f, dq + qo, L.q_row, L.q_head, L.H);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "remat/backend/cuda/launch.cuh"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/backend/cuda/sizes.hpp"
 
@@ -64,15 +65,14 @@ struct CudaOptim {
   static void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, float lr,
                            float b1, float b2, float eps, float wd, float bc1, float bc2) {
     if (n == 0) return;
-    adamw_kernel<><<<grid_for(n), 256, 0, Context::get().stream()>>>(p, g, m, v, n, lr, b1, b2, eps, wd,
-                                                                     lr / bc1, std::sqrt(bc2));
-    REMAT_CUDA_CHECK_LAUNCH("adamw_update");
+    REMAT_CUDA_LAUNCH(adamw_kernel<>, grid_for(n), 256, 0, Context::get().stream(),
+                      p, g, m, v, n, lr, b1, b2, eps, wd, lr / bc1, std::sqrt(bc2));
   }
   static void sgd_update(float* p, const float* g, float* buf, std::int64_t n, float lr, float mu,
                          float wd, bool nesterov, bool first) {
     if (n == 0) return;
-    sgd_kernel<><<<grid_for(n), 256, 0, Context::get().stream()>>>(p, g, buf, n, lr, mu, wd, nesterov, first);
-    REMAT_CUDA_CHECK_LAUNCH("sgd_update");
+    REMAT_CUDA_LAUNCH(sgd_kernel<>, grid_for(n), 256, 0, Context::get().stream(),
+                      p, g, buf, n, lr, mu, wd, nesterov, first);
   }
   /// sum of x^2 in double: fixed blocks, partial sums added on the host in order (deterministic)
   static double sum_squares(const float* x, std::int64_t n) {
@@ -80,8 +80,8 @@ struct CudaOptim {
     constexpr unsigned kBlocks = kSumSquaresBlocks;
     const Scratch scratch(CudaSizes::sum_squares_scratch(n));
     double* partial = scratch.as<double>();
-    sum_squares_kernel<><<<kBlocks, 256, 0, Context::get().stream()>>>(partial, x, n);
-    REMAT_CUDA_CHECK_LAUNCH("sum_squares");
+    REMAT_CUDA_LAUNCH(sum_squares_kernel<>, kBlocks, 256, 0, Context::get().stream(),
+                      partial, x, n);
     std::vector<double> h(kBlocks);
     CudaMemory::copy_to_host(h.data(), partial, kBlocks * sizeof(double));
     double s = 0;
@@ -90,8 +90,7 @@ struct CudaOptim {
   }
   static void scale(float* x, std::int64_t n, float s) {
     if (n == 0) return;
-    scale_kernel<><<<grid_for(n), 256, 0, Context::get().stream()>>>(x, n, s);
-    REMAT_CUDA_CHECK_LAUNCH("scale");
+    REMAT_CUDA_LAUNCH(scale_kernel<>, grid_for(n), 256, 0, Context::get().stream(), x, n, s);
   }
 };
 

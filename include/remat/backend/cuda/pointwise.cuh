@@ -1,16 +1,17 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // CUDA pointwise kernels: binary with trailing broadcast, affine, GELU, ReLU, tanh, dropout,
-// broadcast rows. The per-element math is ops/math.hpp's (shared with the CPU tests) and the
+// broadcast rows. The per-element math is core/math.hpp's (shared with the CPU tests) and the
 // dropout masks come from the same Philox stream as the CPU's, so masks match across backends.
 // Broadcast gradients are summed by deterministic column sums (colsum.cuh).
 
 #include <cstdint>
 
 #include "remat/backend/cuda/colsum.cuh"
+#include "remat/backend/cuda/launch.cuh"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/rng.hpp"
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {
@@ -89,14 +90,13 @@ struct CudaPointwise {
 
   static void broadcast_rows(float* y, const float* row, std::int64_t rows, std::int64_t C) {
     if (rows * C == 0) return;
-    broadcast_rows_kernel<><<<grid_for(rows * C), 256, 0, s()>>>(y, row, rows, C);
-    REMAT_CUDA_CHECK_LAUNCH("broadcast_rows");
+    REMAT_CUDA_LAUNCH(broadcast_rows_kernel<>, grid_for(rows * C), 256, 0, s(), y, row, rows, C);
   }
   static void binary_forward(math::BinaryKind k, float* y, const float* a, const float* b,
                              std::int64_t outer, std::int64_t inner, bool a_bc, bool b_bc) {
     if (outer * inner == 0) return;
-    binary_forward_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(k, y, a, b, outer, inner, a_bc, b_bc);
-    REMAT_CUDA_CHECK_LAUNCH("binary_forward");
+    REMAT_CUDA_LAUNCH(binary_forward_kernel<>, grid_for(outer * inner), 256, 0, s(),
+                      k, y, a, b, outer, inner, a_bc, b_bc);
   }
   static void binary_backward(math::BinaryKind k, float* da, float* db, const float* dy,
                               const float* a, const float* b, std::int64_t outer,
@@ -117,63 +117,53 @@ struct CudaPointwise {
         column_sum(d, t, outer, inner, scratch.as<float>());
         return;
       }
-      binary_grad_kernel<><<<grid_for(outer * inner), 256, 0, s()>>>(k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);
-      REMAT_CUDA_CHECK_LAUNCH("binary_backward");
+      REMAT_CUDA_LAUNCH(binary_grad_kernel<>, grid_for(outer * inner), 256, 0, s(),
+                        k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);
     };
     run(da, a_bc, true);
     run(db, b_bc, false);
   }
   static void affine_forward(float* y, const float* x, std::int64_t n, float scale, float shift) {
     if (n == 0) return;
-    affine_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n, scale, shift);
-    REMAT_CUDA_CHECK_LAUNCH("affine_forward");
+    REMAT_CUDA_LAUNCH(affine_kernel<>, grid_for(n), 256, 0, s(), y, x, n, scale, shift);
   }
   static void affine_backward(float* dx, const float* dy, std::int64_t n, float scale) {
     if (n == 0) return;
-    axpy_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, dy, n, scale);
-    REMAT_CUDA_CHECK_LAUNCH("affine_backward");
+    REMAT_CUDA_LAUNCH(axpy_kernel<>, grid_for(n), 256, 0, s(), dx, dy, n, scale);
   }
   static void gelu_forward(float* y, const float* x, std::int64_t n) {
     if (n == 0) return;
-    gelu_forward_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n);
-    REMAT_CUDA_CHECK_LAUNCH("gelu_forward");
+    REMAT_CUDA_LAUNCH(gelu_forward_kernel<>, grid_for(n), 256, 0, s(), y, x, n);
   }
   static void gelu_backward(float* dx, const float* x, const float* dy, std::int64_t n) {
     if (n == 0) return;
-    gelu_backward_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, x, dy, n);
-    REMAT_CUDA_CHECK_LAUNCH("gelu_backward");
+    REMAT_CUDA_LAUNCH(gelu_backward_kernel<>, grid_for(n), 256, 0, s(), dx, x, dy, n);
   }
   static void relu_forward(float* y, const float* x, std::int64_t n) {
     if (n == 0) return;
-    relu_forward_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n);
-    REMAT_CUDA_CHECK_LAUNCH("relu_forward");
+    REMAT_CUDA_LAUNCH(relu_forward_kernel<>, grid_for(n), 256, 0, s(), y, x, n);
   }
   static void relu_backward(float* dx, const float* x, const float* dy, std::int64_t n) {
     if (n == 0) return;
-    relu_backward_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, x, dy, n);
-    REMAT_CUDA_CHECK_LAUNCH("relu_backward");
+    REMAT_CUDA_LAUNCH(relu_backward_kernel<>, grid_for(n), 256, 0, s(), dx, x, dy, n);
   }
   static void tanh_forward(float* y, const float* x, std::int64_t n) {
     if (n == 0) return;
-    tanh_forward_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n);
-    REMAT_CUDA_CHECK_LAUNCH("tanh_forward");
+    REMAT_CUDA_LAUNCH(tanh_forward_kernel<>, grid_for(n), 256, 0, s(), y, x, n);
   }
   static void tanh_backward(float* dx, const float* y, const float* dy, std::int64_t n) {
     if (n == 0) return;
-    tanh_backward_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, y, dy, n);
-    REMAT_CUDA_CHECK_LAUNCH("tanh_backward");
+    REMAT_CUDA_LAUNCH(tanh_backward_kernel<>, grid_for(n), 256, 0, s(), dx, y, dy, n);
   }
   static void dropout_forward(float* y, const float* x, std::int64_t n, float p, std::uint64_t seed,
                               std::uint64_t offset) {
     if (n == 0) return;
-    dropout_kernel<><<<grid_for(n), 256, 0, s()>>>(y, x, n, p, seed, offset, false);
-    REMAT_CUDA_CHECK_LAUNCH("dropout_forward");
+    REMAT_CUDA_LAUNCH(dropout_kernel<>, grid_for(n), 256, 0, s(), y, x, n, p, seed, offset, false);
   }
   static void dropout_backward(float* dx, const float* dy, std::int64_t n, float p,
                                std::uint64_t seed, std::uint64_t offset) {
     if (n == 0) return;
-    dropout_kernel<><<<grid_for(n), 256, 0, s()>>>(dx, dy, n, p, seed, offset, true);
-    REMAT_CUDA_CHECK_LAUNCH("dropout_backward");
+    REMAT_CUDA_LAUNCH(dropout_kernel<>, grid_for(n), 256, 0, s(), dx, dy, n, p, seed, offset, true);
   }
 };
 

@@ -4,12 +4,13 @@
 // kernels size their buffers with these functions, and the estimator's shape-only twin counts
 // the same bytes (backend/meta.hpp, backend/cuda/model.hpp), on any machine.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include "remat/ops/math.hpp"
+#include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {
@@ -18,15 +19,32 @@ constexpr int kColumnChunks = 64;   // row chunks of a deterministic column sum 
 constexpr int kFlashMaxD = 128;     // the fused attention's largest head size (flash.cuh)
 constexpr int kSumSquaresBlocks = 64;  // partial sums of sum_squares (optim.cuh)
 
+/// Which attention the CUDA backend runs: fused (flash.cuh, memory linear in T; head sizes up
+/// to kFlashMaxD) or materialized (P (B H, T, T) kept, as on the CPU).
+enum class AttentionPath {
+  from_env,      // REMAT_CUDA_ATTENTION=materialized asks for P, else fused where it fits
+  fused,         // fused where the head size fits (the default on a GPU)
+  materialized,  // always P
+};
+
 struct CudaSizes {
-  /// Fused attention (memory linear in T) for head sizes up to kFlashMaxD, unless
-  /// REMAT_CUDA_ATTENTION=materialized (read once) asks for P (B H, T, T) as on the CPU.
+  /// The attention path for every attention op from here on (per process; a test sets it per
+  /// case). from_env (the default) reads REMAT_CUDA_ATTENTION at each call, not once. Change it
+  /// between steps, never between an op's forward and its backward (they must agree on what
+  /// the forward kept).
+  static void set_attention_path(AttentionPath p) { attention_path_slot().store(p); }
+  static AttentionPath attention_path() { return attention_path_slot().load(); }
+  /// Fused attention (memory linear in T) for head sizes up to kFlashMaxD, unless the path is
+  /// materialized.
   static bool flash(std::int64_t D) {
-    static const bool materialized = [] {
-      const char* e = std::getenv("REMAT_CUDA_ATTENTION");
-      return e && std::string(e) == "materialized";
-    }();
-    return D <= kFlashMaxD && !materialized;
+    if (D > kFlashMaxD) return false;
+    switch (attention_path()) {
+      case AttentionPath::fused: return true;
+      case AttentionPath::materialized: return false;
+      case AttentionPath::from_env: break;
+    }
+    const char* e = std::getenv("REMAT_CUDA_ATTENTION");
+    return !(e && std::string(e) == "materialized");
   }
   /// Floats the attention op keeps besides its output: lse (B H T) fused, else P (B H T T).
   static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t D) {
@@ -63,6 +81,12 @@ struct CudaSizes {
   /// The partial sums of squares, one double per block.
   static std::size_t sum_squares_scratch(std::int64_t n) {
     return n == 0 ? 0 : kSumSquaresBlocks * sizeof(double);
+  }
+
+ private:
+  static std::atomic<AttentionPath>& attention_path_slot() {
+    static std::atomic<AttentionPath> p{AttentionPath::from_env};
+    return p;
   }
 };
 

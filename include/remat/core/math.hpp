@@ -1,7 +1,8 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // Per-element math shared by every backend (__host__ __device__): the formulas live here once,
-// the CPU tests check them, and a GPU kernel only adds indexing and launch logic.
+// the CPU tests check them, and a GPU kernel only adds indexing and launch logic. It sits in
+// core/, below the backends, so that no backend includes anything from ops/.
 
 #include <cmath>
 #include <cstdint>

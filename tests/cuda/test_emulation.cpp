@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: MIT
+// The CUDA emulation itself (REMAT_CUDA_EMULATION; include/remat/backend/cuda/emulation/):
+// that it models what a broken kernel gets wrong (a missing barrier, a barrier or a shuffle not
+// every thread reaches, a write past a buffer, a host pointer, memory nobody wrote), that its
+// shuffles and votes compute what CUDA's do, that its cuBLAS keeps cuBLAS's conventions; then
+// the CUDA backend's error paths with injected faults (issue 12 point 3): only
+// cudaErrorMemoryAllocation is out of memory, any other error is a CudaError with CUDA's string
+// and the call site, no device is a catchable error, empty_cache() creates no context and
+// never throws, REMAT_CUDA_SYNC_CHECK names the kernel that faulted. ctest runs each case in a
+// process of its own (catch_discover_tests), so "fresh process" cases are fresh.
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <remat/core/storage.hpp>
+#include <remat/cuda.hpp>
+
+#include "support/catch.hpp"
+
+using namespace remat;
+namespace emu = remat::cuda::emu;
+
+namespace {
+
+/// Faults set in a test are cleared at its end, whatever happens.
+struct FaultScope {
+  emu::Faults& f = emu::device().faults();
+  ~FaultScope() {
+    emu::device().reset_faults();
+    cuda::set_sync_check(false);
+  }
+};
+
+struct DeviceFloats {
+  explicit DeviceFloats(std::size_t n_, float v = 0.0f) : n(n_) {
+    p = static_cast<float*>(Cuda::allocate(n * 4));
+    const std::vector<float> h(n, v);
+    Cuda::copy_from_host(p, h.data(), n * 4);
+  }
+  ~DeviceFloats() { Cuda::deallocate(p, n * 4); }
+  std::vector<float> host() const {
+    std::vector<float> h(n);
+    Cuda::copy_to_host(h.data(), p, n * 4);
+    return h;
+  }
+  std::size_t n;
+  float* p;
+};
+
+cudaStream_t stream() { return cuda::Context::get().stream(); }
+
+// A shared-memory tree sum of one block; `barrier` false drops the loop's __syncthreads (the
+// bug a real GPU shows only sometimes).
+template <int = 0>
+__global__ void block_sum_kernel(float* out, const float* x, int n, bool barrier) {
+  __shared__ float sh[256];
+  sh[threadIdx.x] = static_cast<int>(threadIdx.x) < n ? x[threadIdx.x] : 0.0f;
+  __syncthreads();
+  for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    if (barrier) __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
+}
+template <int = 0>
+__global__ void barrier_after_exit_kernel(float* y) {
+  if (threadIdx.x >= 16) return;
+  __syncthreads();
+  y[threadIdx.x] = 1.0f;
+}
+template <int = 0>
+__global__ void two_barriers_kernel(float* y) {
+  if (threadIdx.x < 32) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  y[threadIdx.x] = 1.0f;
+}
+template <int = 0>
+__global__ void shuffle_after_exit_kernel(float* y) {
+  if (threadIdx.x == 5) return;
+  y[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f * threadIdx.x, 1);
+}
+template <int = 0>
+__global__ void partial_mask_kernel(float* y) {
+  y[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, 1.0f * threadIdx.x, 1);
+}
+// out[lane * 7 + k]: shfl, shfl_up, shfl_down (width 16), shfl_xor, ballot, any, all
+template <int = 0>
+__global__ void warp_ops_kernel(float* out) {
+  const int lane = static_cast<int>(threadIdx.x);
+  float* o = out + lane * 7;
+  o[0] = __shfl_sync(0xffffffffu, 10.0f * lane, 3);
+  o[1] = __shfl_up_sync(0xffffffffu, 1.0f * lane, 1);
+  o[2] = __shfl_down_sync(0xffffffffu, 1.0f * lane, 2, 16);
+  o[3] = __shfl_xor_sync(0xffffffffu, 1.0f * lane, 5);
+  o[4] = static_cast<float>(__ballot_sync(0xffffffffu, lane % 3 == 0) & 0xffffu);
+  o[5] = static_cast<float>(__any_sync(0xffffffffu, lane == 7));
+  o[6] = static_cast<float>(__all_sync(0xffffffffu, lane < 31));
+}
+template <int = 0>
+__global__ void scale_n_plus_one_kernel(float* y, const float* x, int n) {
+  for (int i = static_cast<int>(threadIdx.x); i <= n; i += static_cast<int>(blockDim.x)) y[i] = 2.0f * x[i];
+}
+template <int = 0>
+__global__ void copy_kernel(float* y, const float* x, int n) {
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) y[i] = x[i];
+}
+// reverses each block's slice through dynamic shared memory
+template <int = 0>
+__global__ void reverse_kernel(float* y, const float* x) {
+  REMAT_DYNAMIC_SHARED(float, tile);
+  const unsigned n = blockDim.x, b = blockIdx.x;
+  tile[threadIdx.x] = x[b * n + threadIdx.x];
+  __syncthreads();
+  y[b * n + threadIdx.x] = tile[n - 1 - threadIdx.x];
+}
+
+template <class Fn>
+std::string fault_of(Fn fn) {
+  try {
+    fn();
+  } catch (const emu::KernelFault& e) {
+    return e.what();
+  }
+  return "(no fault)";
+}
+
+}  // namespace
+
+TEST_CASE("the emulation: a missing __syncthreads in a shared-memory reduction gives a wrong sum", "[cuda][emulation]") {
+  std::vector<float> h(256);
+  for (int i = 0; i < 256; ++i) h[static_cast<std::size_t>(i)] = static_cast<float>(i % 7);
+  double want = 0;
+  for (float v : h) want += v;
+  DeviceFloats x(256), out(2);
+  Cuda::copy_from_host(x.p, h.data(), 256 * 4);
+  REMAT_CUDA_LAUNCH(block_sum_kernel<>, 2, 256, 0, stream(), out.p, x.p, 256, true);
+  CHECK(out.host()[0] == Approx(want));
+  CHECK(out.host()[1] == Approx(want));  // odd blocks run the threads in the other order
+  // Without the barrier, block 0 (lowest thread first: thread 0 reads sh[o] before thread o
+  // added its part) is wrong. Block 1 runs the highest thread first, a valid order for this
+  // tree, so it happens to be right: one reason the blocks alternate.
+  REMAT_CUDA_LAUNCH(block_sum_kernel<>, 2, 256, 0, stream(), out.p, x.p, 256, false);
+  CHECK(out.host()[0] != Approx(want));
+}
+
+TEST_CASE("the emulation: a barrier not every thread reaches is a fault, never a hang", "[cuda][emulation]") {
+  DeviceFloats y(64);
+  const std::string exited = fault_of([&] { REMAT_CUDA_LAUNCH(barrier_after_exit_kernel<>, 1, 64, 0, stream(), y.p); });
+  CHECK(exited.find("barrier_after_exit_kernel") != std::string::npos);
+  CHECK(exited.find("has exited") != std::string::npos);
+  CHECK(exited.find("__syncthreads() at test_emulation.cpp:") != std::string::npos);
+  const std::string two = fault_of([&] { REMAT_CUDA_LAUNCH(two_barriers_kernel<>, 1, 64, 0, stream(), y.p); });
+  CHECK(two.find("divergent barrier") != std::string::npos);
+  INFO(exited << "\n" << two);
+}
+
+TEST_CASE("the emulation: a shuffle needs all 32 lanes and a full mask", "[cuda][emulation]") {
+  DeviceFloats y(64);
+  const std::string exited = fault_of([&] { REMAT_CUDA_LAUNCH(shuffle_after_exit_kernel<>, 1, 32, 0, stream(), y.p); });
+  CHECK(exited.find("__shfl_xor_sync") != std::string::npos);
+  CHECK(exited.find("lane 5 has exited") != std::string::npos);
+  const std::string partial = fault_of([&] { REMAT_CUDA_LAUNCH(partial_mask_kernel<>, 1, 32, 0, stream(), y.p); });
+  CHECK(partial.find("mask 0x0000ffff") != std::string::npos);
+  DeviceFloats out(48 * 7);
+  const std::string short_warp = fault_of([&] { REMAT_CUDA_LAUNCH(warp_ops_kernel<>, 1, 48, 0, stream(), out.p); });
+  CHECK(short_warp.find("in warp 1 of only 16 threads") != std::string::npos);
+  INFO(exited << "\n" << partial << "\n" << short_warp);
+}
+
+TEST_CASE("the emulation: shuffles and votes compute what CUDA's do", "[cuda][emulation]") {
+  DeviceFloats out(32 * 7);
+  REMAT_CUDA_LAUNCH(warp_ops_kernel<>, 1, 32, 0, stream(), out.p);
+  const auto o = out.host();
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; ++l) ballot |= (l % 3 == 0 ? 1u : 0u) << l;
+  for (int l = 0; l < 32; ++l) {
+    const float* r = o.data() + l * 7;
+    INFO("lane " << l);
+    CHECK(r[0] == 30.0f);
+    CHECK(r[1] == static_cast<float>(l >= 1 ? l - 1 : l));
+    CHECK(r[2] == static_cast<float>((l % 16) + 2 < 16 ? l + 2 : l));
+    CHECK(r[3] == static_cast<float>(l ^ 5));
+    CHECK(r[4] == static_cast<float>(ballot & 0xffffu));
+    CHECK(r[5] == 1.0f);
+    CHECK(r[6] == 0.0f);
+  }
+}
+
+TEST_CASE("the emulation: a write past a buffer's end or a host or freed pointer is a fault", "[cuda][emulation]") {
+  const int n = 1000;  // 4000 bytes: 96 guard bytes up to the pool's 512-byte rounding
+  DeviceFloats x(n, 1.0f), y(n);
+  REMAT_CUDA_LAUNCH(copy_kernel<>, 1, 128, 0, stream(), y.p, x.p, n);
+  const std::string past = fault_of([&] { REMAT_CUDA_LAUNCH(scale_n_plus_one_kernel<>, 1, 128, 0, stream(), y.p, x.p, n); });
+  CHECK(past.find("wrote past the end of a 4000-byte buffer") != std::string::npos);
+  std::vector<float> host(n);
+  const std::string hostp = fault_of([&] { REMAT_CUDA_LAUNCH(copy_kernel<>, 1, 128, 0, stream(), y.p, host.data(), n); });
+  CHECK(hostp.find("argument 1 is not device memory") != std::string::npos);
+  float* freed = static_cast<float*>(Cuda::allocate(512));
+  Cuda::deallocate(freed, 512);
+  const std::string after = fault_of([&] { REMAT_CUDA_LAUNCH(copy_kernel<>, 1, 128, 0, stream(), freed, x.p, 128); });
+  CHECK(after.find("no live block") != std::string::npos);
+  INFO(past << "\n" << hostp << "\n" << after);
+}
+
+TEST_CASE("the emulation: memory nobody wrote reads as NaN and dynamic shared memory is per block", "[cuda][emulation]") {
+  float* p = static_cast<float*>(Cuda::allocate(64 * 4));
+  std::vector<float> h(64);
+  Cuda::copy_to_host(h.data(), p, 64 * 4);
+  Cuda::deallocate(p, 64 * 4);
+  for (float v : h) CHECK(std::isnan(v));
+  std::vector<float> in(3 * 64);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  DeviceFloats x(in.size()), y(in.size());
+  Cuda::copy_from_host(x.p, in.data(), in.size() * 4);
+  REMAT_CUDA_LAUNCH(reverse_kernel<>, 3, 64, 64 * sizeof(float), stream(), y.p, x.p);
+  const auto out = y.host();
+  for (std::size_t b = 0; b < 3; ++b)
+    for (std::size_t t = 0; t < 64; ++t) CHECK(out[b * 64 + t] == in[b * 64 + 63 - t]);
+}
+
+TEST_CASE("the emulation: a bad launch configuration is a CudaError naming the kernel", "[cuda][emulation]") {
+  DeviceFloats y(64);
+  try {
+    REMAT_CUDA_LAUNCH(copy_kernel<>, 1, 2048, 0, stream(), y.p, y.p, 64);
+    FAIL("no error");
+  } catch (const CudaError& e) {
+    const std::string m = e.what();
+    CHECK(m.find("copy_kernel<>") != std::string::npos);
+    CHECK(m.find("invalid configuration argument") != std::string::npos);
+  }
+}
+
+TEST_CASE("the emulation: cuBLAS is column-major with cuBLAS's leading dimensions and beta", "[cuda][emulation]") {
+  const int m = 3, n = 4, k = 5, ld = 7;  // padded leading dimensions
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      // op(A) is m x k: A is stored m x k (lda >= m) or k x m (lda >= k), column-major
+      std::vector<float> a(static_cast<std::size_t>(ld * 8)), b(a.size()), c(a.size(), std::nanf(""));
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        a[i] = static_cast<float>(static_cast<int>(i * 7 % 11) - 5);
+        b[i] = static_cast<float>(static_cast<int>(i * 5 % 13) - 6);
+      }
+      auto A = [&](int i, int l) { return ta ? a[static_cast<std::size_t>(l + i * ld)] : a[static_cast<std::size_t>(i + l * ld)]; };
+      auto B = [&](int l, int j) { return tb ? b[static_cast<std::size_t>(j + l * ld)] : b[static_cast<std::size_t>(l + j * ld)]; };
+      DeviceFloats da(a.size()), db(b.size()), dc(c.size());
+      Cuda::copy_from_host(da.p, a.data(), a.size() * 4);
+      Cuda::copy_from_host(db.p, b.data(), b.size() * 4);
+      Cuda::copy_from_host(dc.p, c.data(), c.size() * 4);  // NaN: beta = 0 must not read C
+      const float alpha = 0.5f, beta0 = 0.0f, beta2 = 2.0f;
+      auto* h = cuda::Context::get().cublas();
+      const auto opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      REQUIRE(cublasSgemm(h, opa, opb, m, n, k, &alpha, da.p, ld, db.p, ld, &beta0, dc.p, ld) == CUBLAS_STATUS_SUCCESS);
+      REQUIRE(cublasSgemm(h, opa, opb, m, n, k, &alpha, da.p, ld, db.p, ld, &beta2, dc.p, ld) == CUBLAS_STATUS_SUCCESS);
+      const auto out = dc.host();
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int l = 0; l < k; ++l) s += double(A(i, l)) * B(l, j);
+          CHECK(out[static_cast<std::size_t>(i + j * ld)] == Approx(0.5 * s + 2.0 * (0.5 * s)));
+        }
+      CHECK(std::isnan(out[static_cast<std::size_t>(m)]));  // rows past m are not written
+      // a leading dimension below the stored rows is cuBLAS's CUBLAS_STATUS_INVALID_VALUE
+      CHECK(cublasSgemm(h, opa, opb, m, n, k, &alpha, da.p, (ta ? k : m) - 1, db.p, ld, &beta0, dc.p, ld) ==
+            CUBLAS_STATUS_INVALID_VALUE);
+    }
+}
+
+// ---- the backend's error paths, with injected faults --------------------------------------
+
+TEST_CASE("cuda errors: no device makes the first allocation a catchable CudaError", "[cuda][errors]") {
+  FaultScope faults;
+  Cuda::empty_cache();  // nothing cached: the allocation must ask the device
+  faults.f.device_count = 0;
+  CHECK_FALSE(cuda::device_available());
+  try {
+    Storage<Cuda> s(4096, Category::activations);
+    FAIL("no error");
+  } catch (const OutOfMemory&) {
+    FAIL("no device reported as out of memory");
+  } catch (const CudaError& e) {
+    const std::string m = e.what();
+    CHECK(m.find("no CUDA-capable device is detected") != std::string::npos);
+    CHECK(m.find("cudaMalloc of 2097152 bytes failed at") != std::string::npos);
+    CHECK(m.find("memory.cuh:") != std::string::npos);
+  }
+}
+
+TEST_CASE("cuda errors: a cudaMalloc failure other than out of memory is a CudaError with its string", "[cuda][errors]") {
+  FaultScope faults;
+  Cuda::empty_cache();
+  faults.f.malloc_fail_in = 0;
+  faults.f.malloc_error = cudaErrorInvalidValue;
+  try {
+    Storage<Cuda> s(4096, Category::activations);
+    FAIL("no error");
+  } catch (const OutOfMemory&) {
+    FAIL("cudaErrorInvalidValue reported as out of memory");
+  } catch (const CudaError& e) {
+    CHECK(std::string(e.what()).find("invalid argument (cudaErrorInvalidValue") != std::string::npos);
+  }
+  Storage<Cuda> after(4096, Category::activations);  // the fault was one call: the process goes on
+  CHECK(after.data() != nullptr);
+}
+
+TEST_CASE("cuda errors: only cudaErrorMemoryAllocation is OutOfMemory after one retry", "[cuda][errors]") {
+  FaultScope faults;
+  const std::int64_t before = Cuda::reserved_bytes();
+  faults.f.malloc_fail_in = 0;
+  faults.f.malloc_fail_times = 2;  // the reservation and its retry after returning the cache
+  faults.f.malloc_error = cudaErrorMemoryAllocation;
+  CHECK_THROWS_AS(Storage<Cuda>(std::size_t(300) << 20, Category::activations), OutOfMemory);
+  CHECK(static_cast<std::int64_t>(Cuda::reserved_bytes()) <= before);
+  faults.f.malloc_fail_in = 0;
+  faults.f.malloc_fail_times = 1;  // one refusal: the retry succeeds
+  Storage<Cuda> s(std::size_t(300) << 20, Category::activations);
+  CHECK(s.data() != nullptr);
+}
+
+TEST_CASE("cuda errors: a sticky error of an earlier kernel makes allocation a CudaError and not OutOfMemory", "[cuda][errors]") {
+  FaultScope faults;
+  DeviceFloats y(64);
+  Cuda::empty_cache();
+  faults.f.launch_fault_in = 0;  // the next kernel faults on the device
+  Cuda::fill(y.p, 64, 1.0f);     // no sync check: the launch itself succeeds
+  try {
+    Storage<Cuda> s(std::size_t(64) << 20, Category::activations);
+    FAIL("no error");
+  } catch (const OutOfMemory&) {
+    FAIL("a sticky error reported as out of memory");
+  } catch (const CudaError& e) {
+    CHECK(std::string(e.what()).find("an illegal memory access was encountered") != std::string::npos);
+  }
+}
+
+TEST_CASE("cuda errors: empty_cache() creates no context and never throws", "[cuda][errors]") {
+  FaultScope faults;
+  const std::int64_t streams = emu::device().streams_created();
+  { Storage<Cuda> s(4096, Category::activations); }  // cudaMalloc only: no stream, no cuBLAS
+  CHECK(Cuda::reserved_bytes() > 0);
+  faults.f.stream_create_fails = true;  // were a context made here, it would throw
+  emu::device().set_sticky(cudaErrorIllegalAddress);  // and the device reports a fault
+  Cuda::empty_cache();  // noexcept: a throw inside would terminate the process
+  CHECK(emu::device().streams_created() == streams);
+  CHECK(Cuda::reserved_bytes() == 0);
+}
+
+TEST_CASE("cuda errors: REMAT_CUDA_SYNC_CHECK names the kernel that faulted", "[cuda][errors]") {
+  FaultScope faults;
+  DeviceFloats y(1000);
+  cuda::set_sync_check(true);
+  faults.f.launch_fault_in = 0;
+  try {
+    Cuda::fill(y.p, 1000, 1.0f);
+    FAIL("no error");
+  } catch (const CudaError& e) {
+    const std::string m = e.what();
+    CHECK(m.find("kernel fill_kernel<>") != std::string::npos);
+    CHECK(m.find("memory.cuh:") != std::string::npos);
+    CHECK(m.find("an illegal memory access was encountered") != std::string::npos);
+    CHECK(m.find("REMAT_CUDA_SYNC_CHECK") != std::string::npos);
+  }
+  // without it the same fault shows at the next synchronization, without the kernel's name
+  emu::device().reset_faults();
+  cuda::set_sync_check(false);
+  faults.f.launch_fault_in = 0;
+  Cuda::fill(y.p, 1000, 1.0f);
+  try {
+    Cuda::synchronize();
+    FAIL("no error");
+  } catch (const CudaError& e) {
+    CHECK(std::string(e.what()).find("fill_kernel") == std::string::npos);
+    CHECK(std::string(e.what()).find("cudaStreamSynchronize") != std::string::npos);
+  }
+}
+
+TEST_CASE("cuda: the attention path is chosen per test and REMAT_CUDA_ATTENTION is read at each call", "[cuda]") {
+  struct Restore {
+    ~Restore() {
+      Cuda::set_attention_path(cuda::AttentionPath::from_env);
+      unsetenv("REMAT_CUDA_ATTENTION");
+    }
+  } restore;
+  CHECK(Cuda::flash(64));
+  CHECK_FALSE(Cuda::flash(256));  // past kFlashMaxD: materialized whatever the setting
+  setenv("REMAT_CUDA_ATTENTION", "materialized", 1);
+  CHECK_FALSE(Cuda::flash(64));  // read now, not cached at the first call
+  unsetenv("REMAT_CUDA_ATTENTION");
+  CHECK(Cuda::flash(64));
+  Cuda::set_attention_path(cuda::AttentionPath::materialized);
+  CHECK_FALSE(Cuda::flash(64));
+  CHECK(Cuda::attention_aux_numel(2, 10, 64) == 2 * 10 * 10);
+  Cuda::set_attention_path(cuda::AttentionPath::fused);
+  setenv("REMAT_CUDA_ATTENTION", "materialized", 1);
+  CHECK(Cuda::flash(64));  // an explicit choice wins over the environment
+  CHECK(Cuda::attention_aux_numel(2, 10, 64) == 2 * 10);
+}
