@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors gpt2 snapshot llmc_tokens strategy)
 corpus=${corpus:-$build/corpus}
+bash .ci/deps.sh build fuzz
 if [ ! -f "$build/CMakeCache.txt" ]; then
   # Eigen's own GEMM and no OpenMP: every kernel instrumented, one thread.
   CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_FUZZ=ON \
@@ -41,9 +42,11 @@ for t in "${targets[@]}"; do
   [ -x "$exe" ] || { echo "fuzz: no target '$t' (expected one of tests/fuzz/fuzz_*.cpp)"; exit 2; }
   mkdir -p "$corpus/$t" "$build/findings/$t"
   log="$build/fuzz_$t.log"
+  max_len=16384  # the seeds are up to 8 KiB; strategy texts are short
+  [ "$t" = strategy ] && max_len=256
   set +e
   "$exe" "$corpus/$t" tests/fuzz/seeds/"$t" tests/fuzz/regressions/"$t" \
-    -dict=tests/fuzz/dict/"$t".dict -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+    -dict=tests/fuzz/dict/"$t".dict -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
     -max_total_time="$time_s" -runs="$runs" -print_final_stats=1 \
     -artifact_prefix="$build/findings/$t/" > "$log" 2>&1
   rc=$?
