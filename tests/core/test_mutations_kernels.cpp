@@ -134,3 +134,12 @@ TEST_CASE("layer norm's default epsilon is GPT-2's 1e-5", "[ops][mutation]") {
   for (std::size_t i = 0; i < xs.size(); ++i)
     CHECK(y[i] == Approx((xs[i] - mean) / std::sqrt(var + 1e-5)).epsilon(1e-4));
 }
+
+TEST_CASE("an op that saves one buffer twice counts its bytes once", "[memory][mutation]") {
+  Tape<Cpu> tape;
+  auto x = tape.randn({8, 8}, 1.0f, 4, true);
+  const std::size_t before = tape.saved_bytes();
+  auto y = x * x;  // mul saves both inputs: the same buffer
+  CHECK(tape.saved_bytes() - before == x.bytes());
+  tape.backward(sum(y));
+}

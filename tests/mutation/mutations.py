@@ -58,7 +58,7 @@ MUTATIONS = [
     dict(id="saved_bytes_double_count", file="include/remat/core/apply.hpp",
          find="      if (seen.insert(t.storage().get()).second) this->saved_bytes += t.storage()->bytes();",
          replace="      this->saved_bytes += t.storage()->bytes();",
-         tests=["core/test_memory.cpp", "core/test_audit.cpp"],
+         tests=["core/test_mutations_kernels.cpp", "core/test_memory.cpp", "core/test_audit.cpp"],
          what="an op saving one buffer twice counts its bytes twice"),
     dict(id="replay_rng_not_restored", file="include/remat/checkpoint/checkpoint.hpp",
          find="    tape.set_rng_offset(rng_offset);\n",

@@ -85,7 +85,7 @@ def failed_tests(junit):
     names = []
     for tc in root.iter("testcase"):
         if tc.find("failure") is not None or tc.find("error") is not None:
-            name = tc.get("name", "?").split("/")[0]
+            name = tc.get("name", "?")  # Catch2 adds "/<section>" for sections
             if name not in names:
                 names.append(name)
     return names
