@@ -108,6 +108,6 @@ MUTATIONS = [
     dict(id="llmc_size_at_least", file="include/remat/data/tokens.hpp",
          find="  REMAT_CHECK(buf.size() == 1024 + 2 * n,",
          replace="  REMAT_CHECK(buf.size() >= 1024 + 2 * n,",
-         tests=["io/test_hostile.cpp", "io/test_safetensors.cpp"],
+         tests=["io/test_mutations_io.cpp", "io/test_hostile.cpp", "io/test_safetensors.cpp"],
          what="an llm.c .bin file may be longer than its token count says"),
 ]

@@ -129,8 +129,9 @@ class Runner:
         if os.path.exists(junit):
             os.remove(junit)
         env_log = log + ".run.log"
+        # in the work directory: some tests write files beside them
         rc = sh([os.path.join(self.build, "mutant"), "-r", "junit", "-o", junit], env_log,
-                timeout=600)
+                timeout=600, cwd=self.logs)
         if rc == "timeout":
             return "timeout", []
         return ("pass" if rc == 0 else "fail"), failed_tests(junit)
