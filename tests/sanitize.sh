@@ -13,9 +13,10 @@ jobs=${JOBS:-$(nproc)}
 # no benchmarks (ctest runs none), no CUDA (nvcc takes no ASan). -O1 -g1, as ASan advises:
 # builds in half the time of -O2 -g, with line numbers in reports; no NDEBUG, so Eigen's own
 # assertions (sizes, indices) are on as well.
+mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DREMAT_SANITIZE=ON -DREMAT_ENABLE_CUDA=OFF -DREMAT_BUILD_BENCHMARKS=OFF > "$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 1; }
+  -DREMAT_SANITIZE=ON -DREMAT_ENABLE_CUDA=OFF -DREMAT_BUILD_BENCHMARKS=OFF > "$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j "$jobs"
 # halt_on_error/abort: the first report fails the test. REMAT_CPU_CACHE=0: tensors come from
 # malloc, not the CPU arena, so ASan sees each buffer's bounds (core/memory.hpp).

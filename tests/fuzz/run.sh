@@ -27,10 +27,11 @@ corpus=${corpus:-$build/corpus}
 bash .ci/deps.sh build fuzz
 if [ ! -f "$build/CMakeCache.txt" ]; then
   # Eigen's own GEMM and no OpenMP: every kernel instrumented, one thread.
+  mkdir -p "$build"
   CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_FUZZ=ON \
     -DREMAT_WERROR=ON -DREMAT_ENABLE_CUDA=OFF -DREMAT_USE_OPENBLAS=OFF -DREMAT_USE_OPENMP=OFF \
-    -DREMAT_BUILD_EXAMPLES=OFF -DREMAT_BUILD_BENCHMARKS=OFF > "$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log"; exit 1; }
+    -DREMAT_BUILD_EXAMPLES=OFF -DREMAT_BUILD_BENCHMARKS=OFF > "$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log"; exit 1; }
 fi
 cmake --build "$build" -j "$(nproc)" --target remat_fuzzers > "$build/fuzzers.build.log" 2>&1 ||
   { tail -n 60 "$build/fuzzers.build.log"; exit 1; }
