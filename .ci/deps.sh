@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages, only what is missing (apt-get, as root;
-# through sudo when not root). Usage: bash .ci/deps.sh [build] [torch]
+# through sudo when not root). Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz]
 set -euo pipefail
 want=()
 for what in "${@:-build}"; do
@@ -9,7 +9,9 @@ for what in "${@:-build}"; do
                   libcli11-dev nlohmann-json3-dev) ;;
     torch) want+=(python3 python3-torch libopenblas0-pthread) ;;
     plot) want+=(python3 python3-matplotlib) ;;
-    *) echo "deps.sh: unknown group '$what' (expected build, torch or plot)" >&2; exit 2 ;;
+    # clang with libFuzzer and its sanitizer runtimes (tests/fuzz); GCC's ASan/UBSan come with g++
+    fuzz) want+=(clang libclang-rt-14-dev) ;;
+    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot or fuzz)" >&2; exit 2 ;;
   esac
 done
 missing=()

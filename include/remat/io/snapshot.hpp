@@ -84,6 +84,7 @@ T meta_int(const SafetensorsFile& f, const char* k, const std::string& path, T l
   return v;
 }
 inline constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+inline constexpr std::int64_t kMaxAdamwSteps = std::int64_t{1} << 62;
 
 // NOTE [snapshot model config]: a snapshot saved from an nn::GPT records its config
 // ("config.n_layer", ...) and format remat-state-2; loading it into an nn::GPT compares every
@@ -196,8 +197,9 @@ TrainState load_state_impl(const SafetensorsFile& f, const std::string& path, nn
   st.data_position = meta_int<std::int64_t>(f, "data_position", path, 0, kInt64Max);
   st.rng_seed = meta_int<std::uint64_t>(f, "rng_seed", path, 0, ~std::uint64_t{0});
   st.rng_offset = meta_int<std::uint64_t>(f, "rng_offset", path, 0, ~std::uint64_t{0});
+  // AdamW counts on from it (++t in step()): 2^62 is beyond any run and leaves room to count.
   const std::int64_t adamw_steps =
-      adamw ? meta_int<std::int64_t>(f, "adamw_steps", path, 0, kInt64Max) : 0;
+      adamw ? meta_int<std::int64_t>(f, "adamw_steps", path, 0, kMaxAdamwSteps) : 0;
   // Then every tensor (presence, shape, values) in a first pass that copies nothing, so a
   // rejected snapshot leaves the model and the optimizer as they were.
   const auto& named = model.named_parameters();
