@@ -59,9 +59,9 @@ def main():
     plan0 = run_json([a.bin] + shape + ["--plan-only", "--checkpoint", ",".join(fixed)], env)
     lo = plan0[0]["min_feasible_bytes"]  # a budget of the process: ledger + headroom
     none_ledger = next(r["predicted_peak_bytes"] for r in plan0[1:] if r["checkpoint"] == "none")
-    # nn::process_headroom: 0.5% (at least 512 KiB) of the ledger's peak + nn::process_overhead
+    # nn::process_headroom: 1% (at least 1 MiB) of the ledger's peak + nn::process_overhead
     overhead = 4 * 2**20 + 1024 * min(4096, max(a.vocab, 4 * a.d, a.batch * a.seq))
-    none = none_ledger + max(none_ledger // 200, 512 * 1024) + overhead
+    none = none_ledger + max(none_ledger // 100, 2**20) + overhead
     budgets = [int(lo + (none - lo) * i / max(1, a.budgets - 1)) for i in range(a.budgets)]
     budget_names = ["budget:%d" % b for b in budgets]
     print("budgets from %.1f to %.1f MiB" % (lo / 2**20, none / 2**20), file=sys.stderr)

@@ -158,7 +158,7 @@ TEST_CASE("dropout matches finite differences with its regenerated mask", "[ops]
   gradcheck(tape, [](const V& v) { return gelu(dropout(v[0], 0.5f)) * v[0]; }, {x});
 }
 
-TEST_CASE("the CPU kernels agree with the shared scalar formulas of ops/math.hpp", "[ops]") {
+TEST_CASE("the CPU kernels agree with the shared scalar formulas of core/math.hpp", "[ops]") {
   // The GPU kernels use math::gelu, math::gelu_grad and math::binary*; the CPU vectorizes them
   // through Eigen. Both must be the same functions.
   std::vector<float> x(401), y(401), d(401, 0.0f), ones(401, 1.0f);

@@ -215,8 +215,8 @@ TEST_CASE("a budget of the process reserves the allocator's slack and the proces
   // the lm head's weight gradient has V rows, but the CPU GEMM runs it in panels
   CHECK(nn::kGemmPanelRows == cpu::CpuGemm::kPanelRows);
   CHECK(nn::process_overhead(gpt2, 512) == (4LL << 20) + 1024 * cpu::CpuGemm::kPanelRows);
-  CHECK(nn::process_headroom(c, 32, 100LL << 20) == (512LL << 10) + nn::process_overhead(c, 32));
-  CHECK(nn::process_headroom(c, 32, 1000LL << 20) == (5LL << 20) + nn::process_overhead(c, 32));
+  CHECK(nn::process_headroom(c, 32, 100LL << 20) == (1LL << 20) + nn::process_overhead(c, 32));
+  CHECK(nn::process_headroom(c, 32, 1000LL << 20) == (10LL << 20) + nn::process_overhead(c, 32));
   CHECK_NOTHROW(nn::plan_checkpoint<Cpu>(c, 2, 16, process.leanest));
   CHECK_THROWS_WITH(nn::plan_checkpoint<Cpu>(c, 2, 16, process.leanest - 1),
                     REMAT_CONTAINS("held beyond the ledger"));

@@ -266,8 +266,9 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
 }
 
 /// What the process holds beyond the ledger's peak, as a budget reserves it: the CPU allocator
-/// keeps at most 0.5% (at least 512 KiB) over its peak of live bytes, the planned step block's
-/// packing loss included (NOTE [CPU arena allocator], NOTE [Planned step layout]),
+/// keeps at most 0.5% (at least 512 KiB) over its peak of live bytes, and a planned step's block
+/// may pack up to about 1% over its buffers' own peak (NOTE [CPU arena allocator], NOTE
+/// [Planned step layout]): the budget reserves 1% (at least 1 MiB),
 /// and the process grows outside the allocator by about 4 MiB (the tape's and the kernels'
 /// small host vectors, code) plus OpenBLAS's packing buffer, about 1 KiB per row of the tallest
 /// GEMM (the weight gradients' V or 4d rows, or the batch's tokens), which the CPU GEMM caps at
@@ -280,7 +281,7 @@ inline std::int64_t process_overhead(const GPTConfig& c, std::int64_t tokens) {
 }
 inline std::int64_t process_headroom(const GPTConfig& c, std::int64_t tokens,
                                      std::int64_t ledger_peak) {
-  return std::max<std::int64_t>(ledger_peak / 200, std::int64_t{512} << 10) +
+  return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) +
          process_overhead(c, tokens);
 }
 
