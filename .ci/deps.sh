@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages, only what is missing (apt-get, as root;
-# through sudo when not root). Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz]
+# through sudo when not root). Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz] [text]
 set -euo pipefail
 want=()
 for what in "${@:-build}"; do
@@ -11,7 +11,9 @@ for what in "${@:-build}"; do
     plot) want+=(python3 python3-matplotlib) ;;
     # clang with libFuzzer and its sanitizer runtimes (tests/fuzz); GCC's ASan/UBSan come with g++
     fuzz) want+=(clang libclang-rt-14-dev) ;;
-    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot or fuzz)" >&2; exit 2 ;;
+    # the tokenizer's reference (npm's gpt-3-encoder, run by node) and the Unicode tables' source
+    text) want+=(nodejs npm python3 unicode-data) ;;
+    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot, fuzz or text)" >&2; exit 2 ;;
   esac
 done
 missing=()

@@ -300,5 +300,9 @@ TEST_CASE("checkpoint strategies parse and reject bad names", "[checkpoint]") {
   CHECK(nn::CheckpointStrategy::parse("sqrt").group(64) == 8);
   CHECK(nn::CheckpointStrategy::parse("none").group(8) == 0);
   REQUIRE_THROWS_WITH(nn::CheckpointStrategy::parse("every:0"), REMAT_CONTAINS("expected every:N"));
+  CHECK(nn::CheckpointStrategy::parse("every:1000000").every == 1000000);
+  for (const char* bad : {"every:", "every: 2", "every:+2", "every:-2", "every:2x", "every:0x2",
+                          "every:1000001", "every:99999999999999999999"})
+    CHECK_THROWS_WITH(nn::CheckpointStrategy::parse(bad), REMAT_CONTAINS("expected every:N"));
   REQUIRE_THROWS_WITH(nn::CheckpointStrategy::parse("blocks"), REMAT_CONTAINS("unknown strategy 'blocks'"));
 }

@@ -17,6 +17,7 @@
 #include <remat/io/snapshot.hpp>
 #include <remat/remat.hpp>
 
+#include "../text/tiny_bpe.hpp"
 #include "snapshot_config.hpp"
 
 namespace {
@@ -143,6 +144,21 @@ void strategy_seeds(const fs::path& dir) {
   for (const char* s : texts) write_text(dir / ("text_" + std::to_string(i++)), s);
 }
 
+// The first byte picks the mode of fuzz_tokenizer.cpp: 0 text, 1 encoder.json NUL vocab.bpe,
+// 2 tokenizer.json.
+void tokenizer_seeds(const fs::path& dir) {
+  const auto b = remat_test::train_tiny_bpe(remat_test::tiny_training_text(), 24);
+  write_text(dir / "text_plain", std::string(1, '\0') + remat_test::tiny_training_text());
+  write_text(dir / "text_invalid", std::string(1, '\0') + "caf\xc3 \xed\xa0\x80 it's  \n\n x<|endoftext|>");
+  write_text(dir / "files", std::string(1, '\1') + b.encoder_json + std::string(1, '\0') + b.vocab_bpe);
+  nlohmann::json vocab = nlohmann::json::parse(b.encoder_json);
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& [x, y] : b.merges) merges.push_back(remat_test::spelled(x) + " " + remat_test::spelled(y));
+  const nlohmann::json j = {{"added_tokens", {{{"id", vocab["<|endoftext|>"]}, {"content", "<|endoftext|>"}}}},
+                            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  write_text(dir / "tokenizer_json", std::string(1, '\2') + j.dump());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,7 +171,8 @@ int main(int argc, char** argv) {
     const fs::path out(argv[1]);
     const std::pair<const char*, void (*)(const fs::path&)> targets[] = {
         {"safetensors", safetensors_seeds}, {"gpt2", gpt2_seeds}, {"snapshot", snapshot_seeds},
-        {"llmc_tokens", llmc_seeds}, {"strategy", strategy_seeds}};
+        {"llmc_tokens", llmc_seeds}, {"strategy", strategy_seeds},
+        {"tokenizer", tokenizer_seeds}};
     for (const auto& [name, make] : targets) {
       fs::remove_all(out / name);
       fs::create_directories(out / name);

@@ -229,7 +229,9 @@ TEST_CASE("budget and auto strategies parse; sizes read as people write them", "
   CHECK(parse_bytes("2GB", "t") == 2000000000LL);
   CHECK(parse_bytes("4096", "t") == 4096);
   CHECK(parse_bytes("64 KiB", "t") == 65536);
-  for (const char* bad : {"", "MiB", "12 parsecs", "-5MiB", "0", "1e30GiB", "nan"})
+  CHECK(parse_bytes("0.5 KiB", "t") == 512);
+  for (const char* bad : {"", "MiB", "12 parsecs", "-5MiB", "0", "1e30GiB", "nan", " 5MiB", "+5MiB",
+                          "0x10MiB", "1e3KB", "5.MiB", ".5MiB", "5  MiB", "inf", "99999999999TiB"})
     CHECK_THROWS_AS(parse_bytes(bad, "t"), Error);
   const auto b = nn::CheckpointStrategy::parse("budget:300MiB");
   CHECK(b.kind == nn::CheckpointStrategy::Kind::budget);

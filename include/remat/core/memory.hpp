@@ -221,22 +221,29 @@ inline std::int64_t parse_bytes(const std::string& text, const char* what) {
     return Error(detail::cat(what, ": '", text, "' is not a byte count (", why,
                              "; expected e.g. 300MiB, 1.5GiB, 2GB or 1048576)"));
   };
-  std::size_t used = 0;
+  // Read by hand, not with std::stod: it would take leading blanks, signs, exponents, "nan"
+  // and hexadecimal ("0x10MiB"), none of which a person means here.
+  // Grammar: DIGITS [ "." DIGITS ] [ " " ] [ UNIT ]
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0;
   double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw bad("no number");
+  while (i < text.size() && is_digit(text[i])) v = v * 10.0 + (text[i++] - '0');
+  if (i == 0) throw bad("no number at its start");
+  if (i < text.size() && text[i] == '.') {
+    const std::size_t first = ++i;
+    double scale = 0.1;
+    for (; i < text.size() && is_digit(text[i]); ++i, scale /= 10.0) v += (text[i] - '0') * scale;
+    if (i == first) throw bad("no digit after the decimal point");
   }
-  std::string unit = text.substr(used);
-  unit.erase(0, unit.find_first_not_of(' '));
+  if (i < text.size() && text[i] == ' ') ++i;
+  const std::string unit = text.substr(i);
   static const std::pair<const char*, double> units[] = {
       {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
       {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
   for (const auto& u : units)
     if (unit == u.first) {
       const double bytes = v * u.second;
-      if (!(bytes >= 1.0 && bytes < 9.2e18)) throw bad("out of range");
+      if (!(bytes >= 1.0 && bytes < 9.2e18)) throw bad("out of range: 1 byte to 8 EiB");
       return static_cast<std::int64_t>(bytes);
     }
   throw bad("unknown unit");

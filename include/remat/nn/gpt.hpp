@@ -46,6 +46,7 @@ struct CheckpointStrategy {
   std::int64_t budget_bytes = 0;  // budget: as given; auto: what was free when planned
   std::string spec;               // budget, auto, save_linear: the text parsed, as str() gives it back
   std::shared_ptr<const plan::Schedule> schedule;  // budget and auto, once planned
+  static constexpr std::int64_t kMaxEvery = 1000000;  // every:N's largest N (no model is deeper)
 
   static CheckpointStrategy parse(const std::string& s) {
     CheckpointStrategy c;
@@ -65,12 +66,17 @@ struct CheckpointStrategy {
       c.budget_bytes = parse_bytes(s.substr(7), "remat::CheckpointStrategy: budget");
     } else if (s.rfind("every:", 0) == 0) {
       c.kind = Kind::every;
+      // Decimal digits only: strtoll would take blanks and signs and clamp an overflow.
       const std::string n = s.substr(6);
-      char* end = nullptr;
-      c.every = std::strtoll(n.c_str(), &end, 10);
-      REMAT_CHECK(!n.empty() && end && *end == '\0' && c.every >= 1,
+      bool digits = !n.empty() && n.size() <= 7;
+      c.every = 0;
+      for (char ch : n) {
+        digits = digits && ch >= '0' && ch <= '9';
+        if (digits) c.every = c.every * 10 + (ch - '0');
+      }
+      REMAT_CHECK(digits && c.every >= 1 && c.every <= kMaxEvery,
                   "remat::CheckpointStrategy: '", s, "' has no valid block count (expected every:N "
-                  "with N >= 1, e.g. every:2)");
+                  "with N a decimal number from 1 to ", kMaxEvery, ", e.g. every:2)");
     } else {
       REMAT_CHECK(false, "remat::CheckpointStrategy: unknown strategy '", s,
                   "' (expected none, block, every:N, sqrt, save_linear, budget:SIZE or auto)");
