@@ -5,13 +5,26 @@
 // Data: a raw text file (bytes, vocab 256), an llm.c .bin file, or (no --data) a built-in
 // corpus. Weights in and out in Hugging Face's GPT-2 safetensors layout; full training-state
 // snapshots (--snapshot-every, --resume) are written atomically. See --help.
+// The trainer never loses work: every flag and output path is checked before the first step
+// (NOTE [output paths]), Ctrl-C saves before it exits (NOTE [interrupt]), a save that fails
+// at the end writes the weights elsewhere and says where, and a diverged run stops at the step
+// that diverged (NOTE [diverged run]).
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -81,33 +94,269 @@ std::string fmt_duration(double s) {
   return b;
 }
 
-int run(const Flags& f, const CLI::App& app) {
+// ---- flags
+
+// A flag and its value as messages show it: "--seq 128", or "--seq 128 (the default)" when the
+// user did not pass it, so a default is never reported as if it had been typed.
+template <class T>
+std::string flag_value(const CLI::App& app, const char* flag, const T& value) {
+  std::ostringstream os;
+  os << flag << " " << value << (app.count(flag) ? "" : " (the default)");
+  return os.str();
+}
+
+// Every flag in its own words, before anything is read or trained: a value that would silently
+// do something else (a NaN learning rate, clipping turned off by -1, a negative count that is
+// ignored) is an error naming the flag and what it expects.
+void validate(const Flags& f, const CLI::App& app) {
+  auto expect = [](bool ok, const char* flag, double v, const char* expected) {
+    REMAT_CHECK(ok, "train_gpt: ", flag, " ", v, " is out of range (expected ", expected, ")");
+  };
+  expect(std::isfinite(f.lr) && f.lr >= 0.0f, "--lr", f.lr, "a finite learning rate >= 0");
+  expect(std::isfinite(f.weight_decay) && f.weight_decay >= 0.0f, "--weight-decay", f.weight_decay,
+         "a finite weight decay >= 0");
+  expect(std::isfinite(f.grad_clip) && f.grad_clip >= 0.0f, "--grad-clip", f.grad_clip,
+         "a finite gradient-norm limit > 0, or 0 to turn clipping off");
+  expect(std::isfinite(f.momentum) && f.momentum >= 0.0f && f.momentum < 1.0f, "--momentum",
+         f.momentum, "a momentum in [0, 1)");
+  expect(std::isfinite(f.dropout) && f.dropout >= 0.0f && f.dropout < 1.0f, "--dropout", f.dropout,
+         "a probability in [0, 1)");
+  expect(std::isfinite(f.temperature) && f.temperature >= 0.0f, "--temperature", f.temperature,
+         "a finite temperature >= 0; 0 always takes the most likely token");
+  expect(f.snapshot_every >= 0, "--snapshot-every", f.snapshot_every,
+         "a number of steps >= 1, or 0 for no periodic snapshot");
+  expect(f.sample >= 0, "--sample", f.sample, "a number of tokens to generate >= 0");
+  REMAT_CHECK(f.optimizer == "sgd" || app.count("--momentum") == 0, "train_gpt: --momentum ",
+              f.momentum, " applies to --optimizer sgd only (AdamW's betas are 0.9 and 0.999; "
+              "leave --momentum out, or pass --optimizer sgd)");
+  REMAT_CHECK(f.snapshot_every == 0 || !f.snapshot_path.empty(), "train_gpt: --snapshot-every ",
+              f.snapshot_every, " needs --snapshot-path (where the training state goes)");
+  REMAT_CHECK(f.sample > 0 || (app.count("--prompt") == 0 && app.count("--temperature") == 0),
+              "train_gpt: --prompt and --temperature are for sampling after training, which "
+              "--sample N turns on (expected --sample N > 0 with them)");
+  REMAT_CHECK(f.save.empty() || f.save != f.snapshot_path, "train_gpt: --save and --snapshot-path "
+              "are both '", f.save, "' (expected two files: the weights and the training state)");
+}
+
+// ---- paths
+
+// The folder of a path: "." for a bare file name.
+std::string folder_of(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// An input path that is a directory gets a message saying what is expected instead (a reader
+// would say "not a regular file"). A missing path is left to the reader, which names it.
+void check_input_path(const char* flag, const std::string& path, const char* expected) {
+  struct ::stat sb {};
+  if (path == "-" || ::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+  std::string hint;
+  const std::string inside = (path.back() == '/' ? path : path + "/") + "model.safetensors";
+  if (std::string(flag) == "--init-from" && ::stat(inside.c_str(), &sb) == 0)
+    hint = "; did you mean '" + inside + "'?";
+  REMAT_CHECK(false, "train_gpt: ", flag, " '", path, "' is a directory (expected ", expected, ")",
+              hint);
+}
+
+// NOTE [output paths]: every path the run will write is checked before the first step, so a
+// run never trains for hours to fail at its save: the path is not a directory, its folder
+// exists, and a file can be created in it. The last is tried for real (a file created and
+// removed, named as io::AtomicFile names its temporaries): permission bits say nothing of
+// read-only mounts, or of root.
+void check_output_path(const char* flag, const std::string& path) {
+  REMAT_CHECK(!path.empty(), "train_gpt: ", flag, " is empty (expected a file path)");
+  struct ::stat sb {};
+  REMAT_CHECK(::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode), "train_gpt: ", flag, " '",
+              path, "' is a directory (expected a file path, e.g. '",
+              path.back() == '/' ? path : path + "/", "model.safetensors'); nothing was trained");
+  const std::string dir = folder_of(path);
+  if (::stat(dir.c_str(), &sb) != 0) {
+    const int e = errno;
+    REMAT_CHECK(false, "train_gpt: ", flag, " '", path, "': the folder '", dir, "' ",
+                e == ENOENT ? "does not exist" : std::strerror(e),
+                " (expected an existing folder: create it first); nothing was trained");
+  }
+  REMAT_CHECK(S_ISDIR(sb.st_mode), "train_gpt: ", flag, " '", path, "': '", dir,
+              "' is not a folder (expected an existing folder); nothing was trained");
+  const std::string probe = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0 && errno != EEXIST) {
+    const int e = errno;
+    REMAT_CHECK(false, "train_gpt: ", flag, " '", path, "': cannot create a file in the folder '",
+                dir, "': ", std::strerror(e), " (expected a writable folder); nothing was trained");
+  }
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+}
+
+// Where a file goes when its own path fails at write time (the folder went away, the disk is
+// full, the path became a directory): beside it, then in the temporary folder.
+std::vector<std::string> fallback_paths(const std::string& path) {
+  const std::string pid = std::to_string(::getpid());
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string tmpdir = tmp && *tmp ? tmp : "/tmp";
+  const std::size_t slash = path.rfind('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return {path + ".rescued-" + pid, tmpdir + "/train_gpt-" + pid + "-" + base};
+}
+
+// Writes with `write(path)`; if that fails, to the fallbacks in turn. Returns the path written
+// and, in `why`, the failure at `path` (empty when `path` itself was written). Throws only when
+// every place failed, naming each.
+std::string write_somewhere(const std::string& path, const std::function<void(const std::string&)>& write,
+                            std::string& why) {
+  why.clear();
+  std::string errors;
+  std::vector<std::string> tries{path};
+  for (const std::string& p : fallback_paths(path)) tries.push_back(p);
+  for (const std::string& p : tries) {
+    try {
+      write(p);
+      return p;
+    } catch (const std::exception& e) {
+      if (why.empty()) why = e.what();
+      errors += std::string(errors.empty() ? "" : "; ") + "'" + p + "': " + e.what();
+    }
+  }
+  throw Error(detail::cat("train_gpt: could not write anywhere: ", errors));
+}
+
+// ---- interrupts
+
+// NOTE [interrupt]: the first SIGINT or SIGTERM only records the signal (a sig_atomic_t, the
+// one thing a handler may safely touch) and says, with write(), that the run will stop. The
+// training loop sees it between steps: the current step finishes, the snapshot and the weights
+// are written, and the process exits 128 + the signal (130 for SIGINT, 143 for SIGTERM). A
+// second signal aborts at once: the handler removes the temporaries this process may be
+// writing (their names are fixed in advance: "<target>.tmp.<pid>", io/atomic_file.hpp) with
+// unlink(), which is async-signal-safe, and dies of the signal by its default action. The
+// targets themselves are only ever replaced by rename(), so they stay whole.
+volatile std::sig_atomic_t g_signal = 0;
+constexpr int kMaxTemporaries = 8;
+char g_temporaries[kMaxTemporaries][4096] = {};
+
+void on_signal(int sig) {
+  if (g_signal == 0) {
+    g_signal = sig;
+    static const char msg[] = "\ntrain_gpt: stopping after this step: the snapshot and the weights "
+                              "will be written (signal again to abort at once)\n";
+    const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)n;
+    return;
+  }
+  for (auto& p : g_temporaries)
+    if (p[0]) ::unlink(p);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Registers the temporaries of `targets` (and of their fallbacks) for the handler, then
+// installs it for SIGINT and SIGTERM. A signal ignored when the process started stays ignored,
+// as shells expect (a background job of a script must not stop on the terminal's Ctrl-C).
+void install_signal_handlers(const std::vector<std::string>& targets) {
+  int k = 0;
+  for (const std::string& t : targets) {
+    if (t.empty()) continue;
+    std::vector<std::string> all{t};
+    for (const std::string& p : fallback_paths(t)) all.push_back(p);
+    for (const std::string& p : all) {
+      const std::string tmp = p + ".tmp." + std::to_string(::getpid());
+      if (k < kMaxTemporaries && tmp.size() < sizeof g_temporaries[0])
+        std::memcpy(g_temporaries[k++], tmp.c_str(), tmp.size() + 1);
+    }
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (const int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
+// ---- divergence
+
+// NOTE [diverged run]: a step whose loss is not finite stops the run with an error naming the
+// step, and nothing is written after it: the last snapshot (written from finite weights) stays
+// as it was. A step can also make the weights non-finite while its loss (computed before the
+// update) was finite, so every snapshot and save first checks the weights.
+// The first parameter with a NaN or an infinity, or "" when all are finite.
+std::string nonfinite_parameter(const nn::GPT<Cpu>& model) {
+  for (const auto& [name, t] : model.named_parameters()) {
+    const float* p = t.data<float>();
+    float acc = 0.0f;  // x * 0 is 0 for a finite x, NaN for an infinity or NaN: one sum tells
+    for (std::int64_t i = 0; i < t.numel(); ++i) acc += p[i] * 0.0f;
+    if (acc != 0.0f) return name;
+  }
+  return "";
+}
+
+int run(Flags f, const CLI::App& app) {
   REMAT_CHECK(f.device == "cpu", "train_gpt: --device ", f.device, " is not available in this build "
               "(expected cpu; the CUDA backend comes with remat::cuda)");
+  validate(f, app);
+  if (!f.estimate) {
+    if (!f.save.empty()) check_output_path("--save", f.save);
+    if (!f.snapshot_path.empty()) check_output_path("--snapshot-path", f.snapshot_path);
+  }
+  check_input_path("--data", f.data, "a text file, an llm.c .bin file, or - for standard input");
+  check_input_path("--init-from", f.init_from, "a GPT-2 weights file in safetensors format");
+  check_input_path("--resume", f.resume, "a snapshot file written by --snapshot-path");
   set_num_threads(f.threads);
   // ---- data
   std::vector<std::int32_t> tokens;
-  if (f.data.empty())
+  if (f.data.empty()) {
     tokens = builtin_corpus();
-  else if (f.data.size() > 4 && f.data.compare(f.data.size() - 4, 4, ".bin") == 0)
+  } else if (f.data == "-") {  // text from standard input, as text tools read it
+    if (::isatty(STDIN_FILENO)) std::fprintf(stderr, "train_gpt: reading the text from the terminal (end it with Ctrl-D)\n");
+    tokens = data::read_text_bytes("/dev/stdin");
+  } else if (f.data.size() > 4 && f.data.compare(f.data.size() - 4, 4, ".bin") == 0) {
     tokens = data::read_llmc_bin(f.data);
-  else
+  } else {
     tokens = data::read_text_bytes(f.data);
+  }
 
   // ---- model: from the flags, or from a weights file (its shapes decide, flags must agree)
   nn::GPTConfig c;
   std::map<std::string, io::HostTensor> weights;
   if (!f.init_from.empty()) {
-    weights = io::gpt2_tensors(io::read_safetensors(f.init_from));
-    c = io::gpt2_config(weights, f.init_from, f.heads);
-    auto agree = [&](const char* flag, std::int64_t given, std::int64_t file) {
-      REMAT_CHECK(app.count(flag) == 0 || given == file, "train_gpt: ", flag, " ", given,
-                  " does not fit '", f.init_from, "', whose weights have ", file,
+    io::Gpt2Weights file = io::read_gpt2(f.init_from);
+    // NOTE [GPT-2 head count] (io/gpt2.hpp): the head count changes no shape, so a file that
+    // records it decides, --heads must agree with it, and an assumed one is said first.
+    REMAT_CHECK(f.heads == 0 || file.n_head == 0 || f.heads == file.n_head, "train_gpt: --heads ",
+                f.heads, " does not fit '", f.init_from, "': ", file.n_head_source, " says ",
+                file.n_head, " heads (leave the flag out to take it from the file)");
+    const std::int64_t heads = f.heads > 0 ? f.heads : file.n_head;
+    weights = std::move(file.tensors);
+    c = io::gpt2_config(weights, f.init_from, heads);
+    if (heads == 0)
+      std::fprintf(stderr, "train_gpt: note: assuming %lld attention heads (d %lld / 64): '%s' "
+                   "does not record its head count (no 'n_head' in its metadata, no config.json "
+                   "beside it); pass --heads N if it was trained with another\n",
+                   static_cast<long long>(c.n_head), static_cast<long long>(c.n_embd), f.init_from.c_str());
+    if (!file.skipped.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < file.skipped.size() && i < 3; ++i) list += (i ? ", " : "") + file.skipped[i];
+      if (file.skipped.size() > 3) list += ", and " + std::to_string(file.skipped.size() - 3) + " more";
+      std::fprintf(stderr, "train_gpt: note: skipped %zu tensor(s) of '%s' that the model does not use, "
+                   "in dtypes remat does not read: %s\n", file.skipped.size(), f.init_from.c_str(),
+                   list.c_str());
+    }
+    auto agree = [&](const char* flag, std::int64_t given, std::int64_t in_file) {
+      REMAT_CHECK(app.count(flag) == 0 || given == in_file, "train_gpt: ", flag, " ", given,
+                  " does not fit '", f.init_from, "', whose weights have ", in_file,
                   " (leave the flag out to take it from the file)");
     };
     agree("--layers", f.layers, c.n_layer);
     agree("--d", f.d, c.n_embd);
     agree("--vocab", f.vocab, c.vocab_size);
+    // The default --seq is only a default: a file with fewer positions shortens it.
+    if (app.count("--seq") == 0) f.seq = static_cast<int>(std::min<std::int64_t>(f.seq, c.block_size));
     REMAT_CHECK(f.seq <= c.block_size, "train_gpt: --seq ", f.seq, " is longer than the ",
                 c.block_size, " positions of '", f.init_from, "'");
   } else {
@@ -133,15 +382,25 @@ int run(const Flags& f, const CLI::App& app) {
   for (auto t : tokens) hi = std::max(hi, t);
   REMAT_CHECK(hi < c.vocab_size, "train_gpt: the data has token id ", hi, " but the vocabulary has ",
               c.vocab_size, " entries (expected ids < vocab; raw text needs --vocab 256 or more)");
+  REMAT_CHECK(static_cast<std::int64_t>(tokens.size()) >= static_cast<std::int64_t>(f.batch) * f.seq + 1,
+              "train_gpt: the data has ", tokens.size(), " tokens, too few for one batch of ",
+              flag_value(app, "--batch", f.batch), " x ", flag_value(app, "--seq", f.seq),
+              " (expected at least batch x seq + 1 = ", static_cast<std::int64_t>(f.batch) * f.seq + 1,
+              " tokens; pass a smaller --batch or --seq)");
 
   Tape<Cpu> tape(f.seed);
   nn::GPT<Cpu> model(tape, c);
   if (!weights.empty()) io::load_gpt2(weights, model, f.init_from);
   const auto params = model.parameters();
-  optim::AdamW<Cpu> adamw(params, {f.lr, 0.9f, 0.999f, 1e-8f, f.weight_decay});
-  optim::SGD<Cpu> sgd(params, {f.lr, f.momentum, f.weight_decay, false});
-  optim::AdamW<Cpu>* use_adamw = f.optimizer == "adamw" ? &adamw : nullptr;
-  optim::SGD<Cpu>* use_sgd = f.optimizer == "sgd" ? &sgd : nullptr;
+  // Only the chosen optimizer is built, so only its options are checked (and blamed).
+  std::optional<optim::AdamW<Cpu>> adamw;
+  std::optional<optim::SGD<Cpu>> sgd;
+  if (f.optimizer == "adamw")
+    adamw.emplace(params, optim::AdamWOptions{f.lr, 0.9f, 0.999f, 1e-8f, f.weight_decay});
+  else
+    sgd.emplace(params, optim::SGDOptions{f.lr, f.momentum, f.weight_decay, false});
+  optim::AdamW<Cpu>* use_adamw = adamw ? &*adamw : nullptr;
+  optim::SGD<Cpu>* use_sgd = sgd ? &*sgd : nullptr;
   data::Batcher batches(std::move(tokens), f.batch, f.seq);
 
   int start = 0;
@@ -152,6 +411,9 @@ int run(const Flags& f, const CLI::App& app) {
     REMAT_CHECK(st.step <= std::numeric_limits<int>::max(), "train_gpt: '",
                 f.resume, "' is at step ", st.step, ", past what --steps can count (expected at "
                 "most ", std::numeric_limits<int>::max(), ")");
+    REMAT_CHECK(st.step <= f.steps, "train_gpt: ", flag_value(app, "--steps", f.steps),
+                " is below step ", st.step, " of the snapshot '", f.resume, "' (--steps is the "
+                "total a resumed run continues up to: expected --steps >= ", st.step, ")");
     REMAT_CHECK(st.data_position < static_cast<std::int64_t>(batches.tokens().size()),
                 "train_gpt: '", f.resume, "' has data position ", st.data_position, " but the data has ",
                 batches.tokens().size(), " tokens (resume with the data the snapshot was trained on)");
@@ -189,9 +451,62 @@ int run(const Flags& f, const CLI::App& app) {
                 f.batch, static_cast<long long>(model.num_parameters()), c.checkpoint.str().c_str(),
                 Cpu::describe().c_str());
 
+  // ---- writing what was trained
+  // The snapshot of an interrupted run goes to --snapshot-path, or (none given) beside the
+  // working folder's other files under a name of this process.
+  const std::string snapshot_target = !f.snapshot_path.empty()
+                                          ? f.snapshot_path
+                                          : "train_gpt-" + std::to_string(::getpid()) + ".state";
+  int done = start;               // steps done, counted from the start of training
+  // The last snapshot: the one resumed from, then each one this run writes.
+  int snapshot_step = f.resume.empty() ? -1 : start;
+  std::string snapshot_written = f.resume;
+  auto check_finite = [&](const char* what) {
+    const std::string bad = nonfinite_parameter(model);
+    REMAT_CHECK(bad.empty(), "train_gpt: the weights are no longer finite after step ", done,
+                " (parameter '", bad, "' holds a NaN or an infinity): the run diverged (is ",
+                flag_value(app, "--lr", f.lr), " too high? --grad-clip bounds each update); ", what,
+                " was not written",
+                snapshot_written.empty() ? std::string("")
+                                         : "; the last good snapshot is '" + snapshot_written +
+                                               "' (step " + std::to_string(snapshot_step) + ")");
+  };
+  auto write_snapshot = [&](const std::string& path) {
+    check_finite("the snapshot");
+    io::TrainState st;
+    st.step = done;
+    st.data_position = batches.position();
+    st.rng_seed = tape.seed();
+    st.rng_offset = tape.rng_offset();
+    st.extra["checkpoint_strategy"] = c.checkpoint.str();
+    std::string why;
+    const std::string at = write_somewhere(path, [&](const std::string& p) {
+      io::save_state(p, model, use_adamw, use_sgd, st);
+    }, why);
+    if (!why.empty())
+      std::fprintf(stderr, "train_gpt: warning: writing the snapshot of step %d to '%s' failed (%s); "
+                   "it is in '%s' instead\n", done, path.c_str(), why.c_str(), at.c_str());
+    snapshot_step = done;
+    snapshot_written = at;
+  };
+  // Returns false when the weights went elsewhere than --save (said on stderr).
+  auto write_weights = [&]() {
+    check_finite("--save");
+    std::string why;
+    const std::string at = write_somewhere(f.save, [&](const std::string& p) { io::save_gpt2(p, model); }, why);
+    if (why.empty()) {
+      if (!f.json) std::printf("saved weights to %s\n", f.save.c_str());
+      return true;
+    }
+    std::fprintf(stderr, "train_gpt: error: saving the weights to '%s' failed (%s); they are in "
+                 "'%s' instead\n", f.save.c_str(), why.c_str(), at.c_str());
+    return false;
+  };
+  install_signal_handlers({snapshot_target, f.save});
+
   std::vector<std::int32_t> x, y;
   double total = 0;
-  for (int step = start; step < f.steps; ++step) {
+  for (int step = start; step < f.steps && g_signal == 0; ++step) {
     reset_peak_memory<Cpu>();
     const auto t0 = std::chrono::steady_clock::now();
     batches.next(x, y);
@@ -205,8 +520,8 @@ int run(const Flags& f, const CLI::App& app) {
     for (int attempt = 0;; ++attempt) {
       try {
         const auto idx = tape.tokens({f.batch, f.seq}, x), tgt = tape.tokens({f.batch, f.seq}, y);
-        const auto loss = use_adamw ? gpt_train_step(model, adamw, idx, tgt, f.grad_clip)
-                                    : gpt_train_step(model, sgd, idx, tgt, f.grad_clip);
+        const auto loss = use_adamw ? gpt_train_step(model, *use_adamw, idx, tgt, f.grad_clip)
+                                    : gpt_train_step(model, *use_sgd, idx, tgt, f.grad_clip);
         l = loss.item();
         break;
       } catch (const OutOfMemory& e) {
@@ -223,6 +538,18 @@ int run(const Flags& f, const CLI::App& app) {
                       tty ? "\n" : "", step + 1, e.what(), format_bytes(limit).c_str(),
                       replanned.c_str(), cp.table().c_str());
       }
+    }
+    done = step + 1;
+    // NOTE [diverged run]: stop here; nothing of this step is written.
+    if (!std::isfinite(l)) {
+      if (tty) std::printf("\n");
+      std::fflush(stdout);
+      REMAT_CHECK(false, "train_gpt: the loss of step ", done, " is ", l, ": the run diverged (is ",
+                  flag_value(app, "--lr", f.lr), " too high? --grad-clip bounds each update); "
+                  "nothing after step ", done - 1, " is written",
+                  snapshot_written.empty() ? std::string("")
+                                           : "; the last good snapshot is '" + snapshot_written +
+                                                 "' (step " + std::to_string(snapshot_step) + ")");
     }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total += dt;
@@ -242,22 +569,32 @@ int run(const Flags& f, const CLI::App& app) {
                   replanned.empty() ? "" : " | re-planned", tty ? "   " : "\n");
       std::fflush(stdout);
     }
-    if (f.snapshot_every > 0 && (step + 1) % f.snapshot_every == 0) {
-      REMAT_CHECK(!f.snapshot_path.empty(), "train_gpt: --snapshot-every needs --snapshot-path");
-      io::TrainState st;
-      st.step = step + 1;
-      st.data_position = batches.position();
-      st.rng_seed = tape.seed();
-      st.rng_offset = tape.rng_offset();
-      st.extra["checkpoint_strategy"] = c.checkpoint.str();
-      io::save_state(f.snapshot_path, model, use_adamw, use_sgd, st);
-    }
+    if (f.snapshot_every > 0 && done % f.snapshot_every == 0) write_snapshot(f.snapshot_path);
   }
   if (tty) std::printf("\n");
-  if (!f.save.empty()) {
-    io::save_gpt2(f.save, model);
-    if (!f.json) std::printf("saved weights to %s\n", f.save.c_str());
+  std::fflush(stdout);
+
+  // NOTE [interrupt]: the step in flight has finished; write everything, say where, exit.
+  if (g_signal != 0) {
+    const int sig = g_signal;
+    const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+    if (done == start) {
+      std::fprintf(stderr, "train_gpt: interrupted by %s before the first step: nothing to save; "
+                   "exit %d\n", name, 128 + sig);
+      return 128 + sig;
+    }
+    if (snapshot_step != done) write_snapshot(snapshot_target);
+    const bool saved = f.save.empty() || write_weights();
+    std::fprintf(stderr, "train_gpt: interrupted by %s after step %d of %d: the snapshot is in '%s' "
+                 "(continue with the same flags and --resume %s)%s%s; exit %d\n", name, done, f.steps,
+                 snapshot_written.c_str(), snapshot_written.c_str(),
+                 f.save.empty() || !saved ? "" : ", the weights in ",
+                 f.save.empty() || !saved ? "" : f.save.c_str(), 128 + sig);
+    return 128 + sig;
   }
+  // The end of the run: a snapshot path keeps the final state too, and the weights are saved.
+  if (!f.snapshot_path.empty() && snapshot_step != done && done > start) write_snapshot(f.snapshot_path);
+  if (!f.save.empty() && !write_weights()) return 1;
   if (f.sample > 0) {
     // Generate from the prompt (bytes when the vocabulary is 256, else token ids separated by
     // spaces), sampling with the temperature from the counter-based generator.
@@ -267,7 +604,7 @@ int run(const Flags& f, const CLI::App& app) {
       for (unsigned char ch : f.prompt) ctx.push_back(ch);
     if (ctx.empty()) ctx.push_back(0);
     std::string out;
-    for (int i = 0; i < f.sample; ++i) {
+    for (int i = 0; i < f.sample && g_signal == 0; ++i) {  // Ctrl-C stops the sampling too
       const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(ctx.size()), c.block_size);
       std::vector<std::int32_t> window(ctx.end() - T, ctx.end());
       auto logits = model(tape.tokens({1, T}, window), /*training=*/false).to_vector();
@@ -290,7 +627,7 @@ int run(const Flags& f, const CLI::App& app) {
     }
     std::printf("sample: %s%s\n", c.vocab_size == 256 ? f.prompt.c_str() : "", out.c_str());
   }
-  return 0;
+  return g_signal != 0 ? 128 + g_signal : 0;  // a signal during the save or the sampling
 }
 
 }  // namespace
@@ -300,7 +637,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Train a GPT-2-style model with activation checkpointing (remat)"};
   app.add_option("--layers", f.layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d", f.d, "model width")->check(CLI::PositiveNumber);
-  app.add_option("--heads", f.heads, "attention heads (default d/64)")->check(CLI::NonNegativeNumber);
+  app.add_option("--heads", f.heads, "attention heads (default: as the --init-from file records, else d/64)")->check(CLI::NonNegativeNumber);
   app.add_option("--seq", f.seq, "sequence length")->check(CLI::PositiveNumber);
   app.add_option("--vocab", f.vocab, "vocabulary size (256 for raw text)")->check(CLI::PositiveNumber);
   app.add_option("--batch", f.batch, "sequences per step")->check(CLI::PositiveNumber);
@@ -325,20 +662,20 @@ int main(int argc, char** argv) {
                "budget) without training");
   app.add_flag("!--no-profile", f.profile,
                "plan budgets from FLOP counts instead of timing a block first");
-  app.add_option("--data", f.data, "a text file (bytes) or an llm.c .bin file; none: built-in text");
+  app.add_option("--data", f.data, "a text file (bytes), an llm.c .bin file, or - for standard input; none: built-in text");
   app.add_option("--init-from", f.init_from, "GPT-2 weights (Hugging Face safetensors layout)");
-  app.add_option("--save", f.save, "write the weights here (safetensors, GPT-2 layout)");
+  app.add_option("--save", f.save, "write the weights here at the end and on Ctrl-C (safetensors, GPT-2 layout)");
   app.add_option("--snapshot-every", f.snapshot_every, "write the training state every N steps");
-  app.add_option("--snapshot-path", f.snapshot_path, "where the training state goes");
+  app.add_option("--snapshot-path", f.snapshot_path, "where the training state goes (every --snapshot-every steps, at the end, and on Ctrl-C)");
   app.add_option("--resume", f.resume, "continue from a training-state snapshot");
   app.add_option("--sample", f.sample, "generate N tokens after training");
   app.add_option("--prompt", f.prompt, "the prompt for --sample (raw text models)");
-  app.add_option("--temperature", f.temperature, "sampling temperature");
+  app.add_option("--temperature", f.temperature, "sampling temperature (0: the most likely token)");
   app.add_option("--device", f.device, "cpu (cuda with the CUDA backend)");
   app.add_flag("--json", f.json, "one JSON object per step instead of the progress line");
   CLI11_PARSE(app, argc, argv);
   try {
-    return run(f, app);
+    return run(f, app);  // a copy: run() settles defaults that depend on the files
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "train_gpt: error: %s\n", e.what());

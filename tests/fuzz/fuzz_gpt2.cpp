@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Fuzz target: GPT-2 weights as train_gpt --init-from takes them: read_safetensors, the GPT-2
-// names (gpt2_tensors), the config from the shapes (gpt2_config, with --heads from the input's
-// size), a model built from that config, load_gpt2, and one training step's forward and
-// backward on a few tokens (the original crash of issue 9 was in the embedding's copy).
+// Fuzz target: GPT-2 weights as train_gpt --init-from takes them: read_gpt2 (read_safetensors
+// listing other dtypes, the GPT-2 names, n_head from the metadata), the config from the shapes
+// (gpt2_config, with the metadata's n_head or --heads from the input's size), a model built
+// from that config, load_gpt2, and one training step's forward and backward on a few tokens
+// (the original crash of issue 9 was in the embedding's copy).
 
 #include <remat/io/gpt2.hpp>
 #include <remat/remat.hpp>
@@ -19,8 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace remat;
   const std::string& path = remat_fuzz::mem_file().write(data, size);
   return remat_fuzz::guarded([&] {
-    const auto w = io::gpt2_tensors(io::read_safetensors(path));
-    const std::int64_t heads = static_cast<std::int64_t>(size % 3);  // 0: the default d/64
+    // read_gpt2: the GPT-2 names, other dtypes listed (and refused for parameters), n_head
+    // from the metadata when the input has one
+    const io::Gpt2Weights g = io::read_gpt2(path);
+    const auto& w = g.tensors;
+    const std::int64_t heads = g.n_head > 0 ? g.n_head : static_cast<std::int64_t>(size % 3);  // 0: d/64
     nn::GPTConfig c = io::gpt2_config(w, path, heads);
     // gpt2_config promises every parameter is in the file: the model is no larger than it.
     std::uint64_t in_file = 0;

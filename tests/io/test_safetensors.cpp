@@ -2,6 +2,8 @@
 // safetensors, llm.c .bin files and GPT-2 weights: round trips, and every lie a file can tell
 // caught with a clear error before any data is used.
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -104,6 +106,64 @@ TEST_CASE("GPT-2 weights: config from shapes, load, save, and shapes that do not
                                      "but the model (from the flags) needs [50, 64]"));
   REQUIRE_THROWS_WITH(io::gpt2_config({}, p), REMAT_CONTAINS("has no tensor 'wte.weight'"));
   std::remove(p.c_str());
+}
+
+TEST_CASE("read_gpt2: the head count from the metadata or config.json, other dtypes skipped", "[io]") {
+  Tape<Cpu> tape(1);
+  nn::GPTConfig c;
+  c.vocab_size = 20;
+  c.block_size = 4;
+  c.n_layer = 1;
+  c.n_embd = 16;
+  c.n_head = 4;  // not d / 64: only the metadata can tell
+  nn::GPT<Cpu> a(tape, c);
+  const std::string dir = tmp("gpt2dir");
+  ::mkdir(dir.c_str(), 0755);
+  const std::string p = dir + "/model.safetensors", cfg = dir + "/config.json";
+  io::save_gpt2(p, a);
+  const io::Gpt2Weights g = io::read_gpt2(p);
+  CHECK(g.n_head == 4);
+  CHECK(g.n_head_source.find("metadata") != std::string::npos);
+  CHECK(g.skipped.empty());
+  CHECK(io::gpt2_config(g.tensors, p, g.n_head).n_head == 4);
+
+  // Without the metadata: config.json beside the weights, as Hugging Face ships a model.
+  std::vector<std::pair<std::string, io::HostTensor>> ts;
+  for (auto& [name, t] : g.tensors) ts.emplace_back(name, t);
+  io::write_safetensors(p, ts, {{"format", "pt"}});
+  CHECK(io::read_gpt2(p).n_head == 0);  // recorded nowhere
+  std::ofstream(cfg) << R"({"n_embd": 16, "n_head": 4})";
+  CHECK(io::read_gpt2(p).n_head == 4);
+  std::ofstream(cfg) << R"({"n_embd": 32, "n_head": 4})";
+  REQUIRE_THROWS_WITH(io::read_gpt2(p), REMAT_CONTAINS("has n_embd 32, but the weights"));
+  std::ofstream(cfg) << R"({"n_head": -4})";
+  REQUIRE_THROWS_WITH(io::read_gpt2(p), REMAT_CONTAINS("'n_head' of"));
+  std::ofstream(cfg) << "{not json";
+  REQUIRE_THROWS_WITH(io::read_gpt2(p), REMAT_CONTAINS("is not valid JSON"));
+  std::remove(cfg.c_str());
+  io::write_safetensors(p, ts, {{"n_head", "4x"}});
+  REQUIRE_THROWS_WITH(io::read_gpt2(p), REMAT_CONTAINS("is '4x' (expected a head count"));
+
+  // A BOOL mask buffer (h.0.attn.bias, as Hugging Face files carry) is listed, not an error;
+  // read_safetensors alone still refuses it; a BOOL parameter is an error.
+  const std::string q = tmp("bool.safetensors");
+  write_raw(q, R"({"h.0.attn.bias":{"dtype":"BOOL","shape":[1,1,2,2],"data_offsets":[0,4]},)"
+               R"("x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            std::string(8, '\1'));
+  const io::Gpt2Weights b = io::read_gpt2(q);
+  REQUIRE(b.skipped.size() == 1);
+  CHECK(b.skipped[0] == "h.0.attn.bias (BOOL)");
+  CHECK(b.tensors.count("x") == 1);
+  REQUIRE_THROWS_WITH(io::read_safetensors(q), REMAT_CONTAINS("has dtype BOOL (expected F32, F16 or BF16)"));
+  // the listed tensor's header is still checked: 2 x 2 BOOL is 4 bytes, not 3
+  write_raw(q, R"({"h.0.attn.bias":{"dtype":"BOOL","shape":[1,1,2,2],"data_offsets":[0,3]}})", "abc");
+  REQUIRE_THROWS_WITH(io::read_gpt2(q), REMAT_CONTAINS("but data_offsets span 3 bytes"));
+  write_raw(q, R"({"transformer.wte.weight":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
+            std::string(8, '\0'));
+  REQUIRE_THROWS_WITH(io::read_gpt2(q), REMAT_CONTAINS("has dtype I64 (expected F32, F16 or BF16: the model uses"));
+  std::remove(q.c_str());
+  std::remove(p.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST_CASE("llm.c .bin files: round trip, wrong magic, truncation", "[io][data]") {

@@ -21,7 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "remat/core/error.hpp"
 #include "remat/core/shape.hpp"
@@ -39,13 +41,33 @@ struct HostTensor {
 struct SafetensorsFile {
   std::map<std::string, HostTensor> tensors;
   std::map<std::string, std::string> metadata;  // the optional __metadata__ object
+  // Tensors of a dtype remat does not convert (BOOL, I64, ...), name -> dtype, with their header
+  // validated but no data read; only filled under OtherDtypes::list.
+  std::map<std::string, std::string> other_dtypes;
 };
+
+/// What read_safetensors does with a tensor of a valid safetensors dtype other than F32, F16
+/// or BF16 (Hugging Face files carry BOOL attention masks, I64 position ids): an error, or
+/// listed in SafetensorsFile::other_dtypes (header checked, data not read) for the caller to
+/// decide whether it needs it.
+enum class OtherDtypes { error, list };
 
 namespace detail {
 
+/// Bytes per element of the dtypes remat converts to fp32; 0 for any other.
 inline std::size_t st_dtype_size(const std::string& dt) {
   if (dt == "F32") return 4;
   if (dt == "F16" || dt == "BF16") return 2;
+  return 0;
+}
+
+/// Bytes per element of every dtype the safetensors format defines; 0 for an unknown name.
+inline std::size_t st_any_dtype_size(const std::string& dt) {
+  if (st_dtype_size(dt)) return st_dtype_size(dt);
+  if (dt == "BOOL" || dt == "U8" || dt == "I8" || dt == "F8_E4M3" || dt == "F8_E5M2") return 1;
+  if (dt == "I16" || dt == "U16") return 2;
+  if (dt == "I32" || dt == "U32") return 4;
+  if (dt == "I64" || dt == "U64" || dt == "F64") return 8;
   return 0;
 }
 
@@ -74,14 +96,51 @@ inline float half_to_float(std::uint16_t h) {
   return f;
 }
 
-/// The bytes of a regular file. The size comes from stat(), so a directory or a device (whose
-/// "size" can be anything) is refused before memory is reserved.
+/// The bytes of a pipe (or a terminal) read to its end: there is no size to check first, so
+/// the buffer grows as the data comes, as `cat` would read it.
+inline std::vector<char> read_stream(const std::string& path, const char* what) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  REMAT_CHECK(f != nullptr, "remat::io::", what, ": cannot open '", path, "': ", std::strerror(errno),
+              " (is it readable?)");
+  std::vector<char> buf;
+  char chunk[65536];
+  try {
+    for (;;) {
+      const std::size_t n = std::fread(chunk, 1, sizeof chunk, f);
+      buf.insert(buf.end(), chunk, chunk + n);
+      if (n < sizeof chunk) break;
+    }
+  } catch (const std::exception&) {
+    std::fclose(f);
+    throw OutOfMemory(::remat::detail::cat("remat::io::", what, ": '", path, "' gave more than ",
+                                           buf.size(), " bytes, more than the host memory can hold"));
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  REMAT_CHECK(!failed, "remat::io::", what, ": reading '", path, "' failed after ", buf.size(), " bytes");
+  return buf;
+}
+
+/// The bytes of a file. The size of a regular file comes from stat(), so a directory or a
+/// device (whose "size" can be anything) is refused before memory is reserved; a pipe or a
+/// terminal (e.g. /dev/stdin) is read to its end.
 inline std::vector<char> read_file(const std::string& path, const char* what) {
   struct ::stat sb {};
   REMAT_CHECK(::stat(path.c_str(), &sb) == 0, "remat::io::", what, ": cannot open '", path, "': ",
               std::strerror(errno), " (does the file exist and is it readable?)");
+  REMAT_CHECK(!S_ISDIR(sb.st_mode), "remat::io::", what, ": '", path,
+              "' is a directory, not a regular file (expected a file)");
+  if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)) return read_stream(path, what);
+  if (S_ISCHR(sb.st_mode)) {
+    // A terminal reads like a pipe (to end of input, Ctrl-D); another device (/dev/zero,
+    // /dev/urandom) never ends, so it is refused.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    const bool tty = fd >= 0 && ::isatty(fd);
+    if (fd >= 0) ::close(fd);
+    if (tty) return read_stream(path, what);
+  }
   REMAT_CHECK(S_ISREG(sb.st_mode), "remat::io::", what, ": '", path,
-              "' is not a regular file (expected a file, found a directory, device or pipe)");
+              "' is a device, not a regular file (expected a file, a pipe or a terminal)");
   std::ifstream f(path, std::ios::binary);
   REMAT_CHECK(f.good(), "remat::io::", what, ": cannot open '", path,
               "' (does the file exist and is it readable?)");
@@ -103,18 +162,20 @@ inline std::vector<char> read_file(const std::string& path, const char* what) {
 }  // namespace detail
 
 namespace detail {
-inline SafetensorsFile read_safetensors_unchecked(const std::string& path);
+inline SafetensorsFile read_safetensors_unchecked(const std::string& path, OtherDtypes other);
 }  // namespace detail
 
-/// Reads and validates a safetensors file; F32, F16 and BF16 tensors come back as fp32.
+/// Reads and validates a safetensors file; F32, F16 and BF16 tensors come back as fp32, and a
+/// tensor of another dtype is an error, or (OtherDtypes::list) listed in `other_dtypes`.
 /// NOTE [hostile files]: every size in the header (header length, dimensions, their product,
 /// byte counts, offsets) is checked, with overflow detected, against the file's real size before
 /// any tensor memory is reserved, so a small file cannot ask for more memory than it holds.
 /// Every failure is a remat::Error naming the file, the tensor and the field: no std::
 /// exception (json parse errors, length_error, bad_alloc) escapes.
-inline SafetensorsFile read_safetensors(const std::string& path) {
+inline SafetensorsFile read_safetensors(const std::string& path,
+                                       OtherDtypes other = OtherDtypes::error) {
   try {
-    return detail::read_safetensors_unchecked(path);
+    return detail::read_safetensors_unchecked(path, other);
   } catch (const Error&) {
     throw;
   } catch (const std::bad_alloc&) {
@@ -127,7 +188,7 @@ inline SafetensorsFile read_safetensors(const std::string& path) {
 }
 
 namespace detail {
-inline SafetensorsFile read_safetensors_unchecked(const std::string& path) {
+inline SafetensorsFile read_safetensors_unchecked(const std::string& path, OtherDtypes other) {
   const char* op = "read_safetensors";
   const std::vector<char> buf = detail::read_file(path, op);
   REMAT_CHECK(buf.size() >= 8, "remat::io::read_safetensors: '", path, "' has ", buf.size(),
@@ -167,9 +228,15 @@ inline SafetensorsFile read_safetensors_unchecked(const std::string& path) {
                     v["data_offsets"].size() == 2,
                 "remat::io::read_safetensors: ", where, " lacks dtype, shape or data_offsets [begin, end]");
     const std::string dt = v["dtype"].get<std::string>();
-    const std::uint64_t esize = detail::st_dtype_size(dt);
+    // A dtype remat does not convert is still checked (shape, offsets, overlaps) when listed.
+    const bool converted = detail::st_dtype_size(dt) > 0;
+    const std::uint64_t esize = other == OtherDtypes::list ? detail::st_any_dtype_size(dt)
+                                                           : detail::st_dtype_size(dt);
     REMAT_CHECK(esize > 0, "remat::io::read_safetensors: ", where, " has dtype ", dt,
-                " (expected F32, F16 or BF16)");
+                other == OtherDtypes::list ? " (expected a safetensors dtype: F32, F16, BF16, "
+                                             "F64, BOOL, U8, I8, I16, U16, I32, U32, I64, U64, "
+                                             "F8_E4M3 or F8_E5M2)"
+                                           : " (expected F32, F16 or BF16)");
     HostTensor t;
     REMAT_CHECK(v["shape"].size() <= static_cast<std::size_t>(Shape::kMaxRank),
                 "remat::io::read_safetensors: ", where, " has ", v["shape"].size(),
@@ -200,6 +267,10 @@ inline SafetensorsFile read_safetensors_unchecked(const std::string& path) {
                 t.shape.str(), " ", dt, " (", nbytes, " bytes) but data_offsets span ",
                 e - b, " bytes");
     ranges.emplace_back(b, e);
+    if (!converted) {  // listed, not read
+      out.other_dtypes.emplace(name, dt);
+      continue;
+    }
     t.data.resize(static_cast<std::size_t>(numel));  // numel * esize <= data_size: bounded by the file
     const char* src = data + b;
     if (dt == "F32") {
