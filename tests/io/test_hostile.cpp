@@ -115,8 +115,8 @@ TEST_CASE("every malformed safetensors file is a remat::Error, never another std
   require_error([&] { io::read_safetensors(p); }, {"says its header has 18446744073709551615 bytes"});
   // A directory is not a file (its "size" can be anything).
   ::mkdir(tmp("dir").c_str(), 0755);
-  require_error([&] { io::read_safetensors(tmp("dir")); }, {"is not a regular file"});
-  require_error([&] { data::read_llmc_bin(tmp("dir")); }, {"is not a regular file"});
+  require_error([&] { io::read_safetensors(tmp("dir")); }, {"is a directory"});
+  require_error([&] { data::read_llmc_bin(tmp("dir")); }, {"is a directory"});
   ::rmdir(tmp("dir").c_str());
   std::remove(p.c_str());
 }
