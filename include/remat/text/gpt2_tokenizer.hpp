@@ -318,6 +318,9 @@ class Gpt2Tokenizer {
                   "' is not spelled in GPT-2's byte stand-ins (expected a byte-level BPE vocabulary)");
     }
     if (static_cast<std::size_t>(id) >= bytes_of_.size()) bytes_of_.resize(static_cast<std::size_t>(id) + 1);
+    REMAT_CHECK(bytes_of_[static_cast<std::size_t>(id)].empty() || bytes_of_[static_cast<std::size_t>(id)] == raw,
+                "remat::text::Gpt2Tokenizer: id ", id, " in '", path, "' is given to two tokens (\"",
+                spelled.substr(0, 80), "\" and another; expected one token per id)");
     bytes_of_[static_cast<std::size_t>(id)] = raw;
     id_of_.emplace(raw, static_cast<std::int32_t>(id));  // specials may repeat: the first wins
   }
