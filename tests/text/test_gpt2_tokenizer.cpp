@@ -60,16 +60,7 @@ std::vector<std::string> reference_bpe(const std::string& piece,
     }
     if (best < 0) break;
     const std::string a = w[at], b = w[at + 1];
-    std::vector<std::string> next;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      if (i + 1 < w.size() && w[i] == a && w[i + 1] == b) {
-        next.push_back(a + b);
-        ++i;
-      } else {
-        next.push_back(w[i]);
-      }
-    }
-    w = std::move(next);
+    w = remat_test::merge_every(w, a, b);
   }
   return w;
 }

@@ -16,24 +16,32 @@
 
 namespace remat_test {
 
-/// GPT-2's stand-in for byte b, as UTF-8 (printable Latin-1 is itself; the rest U+0100 on).
+/// GPT-2's stand-in for byte b, as UTF-8.
 inline std::string stand_in(unsigned char b) {
-  std::uint32_t next = 256;
-  for (std::uint32_t c = 0; c < 256; ++c) {
-    const bool printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
-    const std::uint32_t cp = printable ? c : next++;
-    if (c == b) {
-      std::string s;
-      remat::text::append_utf8(s, cp);
-      return s;
-    }
-  }
-  return {};
+  std::string s;
+  remat::text::append_utf8(s, remat::text::byte_stand_in(b));
+  return s;
 }
 inline std::string spelled(const std::string& raw) {
   std::string s;
   for (unsigned char b : raw) s += stand_in(b);
   return s;
+}
+
+/// One pass of BPE as GPT-2's encoder.py does it: every occurrence of the pair (a, b) in w,
+/// left to right, becomes a + b.
+inline std::vector<std::string> merge_every(const std::vector<std::string>& w, const std::string& a,
+                                            const std::string& b) {
+  std::vector<std::string> merged;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (i + 1 < w.size() && w[i] == a && w[i + 1] == b) {
+      merged.push_back(a + b);
+      ++i;
+    } else {
+      merged.push_back(w[i]);
+    }
+  }
+  return merged;
 }
 
 struct TinyBpe {
@@ -43,13 +51,10 @@ struct TinyBpe {
 
 inline TinyBpe train_tiny_bpe(const std::string& text, int merges) {
   std::vector<std::string> vocab;  // raw bytes by id
-  for (int b = '!'; b <= '~'; ++b) vocab.emplace_back(1, static_cast<char>(b));
-  for (int b = 0xA1; b <= 0xAC; ++b) vocab.emplace_back(1, static_cast<char>(b));
-  for (int b = 0xAE; b <= 0xFF; ++b) vocab.emplace_back(1, static_cast<char>(b));
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    if (!printable) vocab.emplace_back(1, static_cast<char>(b));
-  }
+  for (const bool printable : {true, false})  // GPT-2's order: printable bytes, then the rest
+    for (int b = 0; b < 256; ++b)
+      if (remat::text::is_printable_byte(static_cast<std::uint32_t>(b)) == printable)
+        vocab.emplace_back(1, static_cast<char>(b));
   std::map<std::string, long> pieces;
   remat::text::pretokenize(remat::text::to_valid_utf8(text), [&](std::string_view p) { ++pieces[std::string(p)]; });
   std::vector<std::pair<std::vector<std::string>, long>> words;
@@ -70,18 +75,7 @@ inline TinyBpe train_tiny_bpe(const std::string& text, int merges) {
     const auto [a, b] = best->first;
     out.merges.emplace_back(a, b);
     vocab.push_back(a + b);
-    for (auto& [w, n] : words) {
-      std::vector<std::string> merged;
-      for (std::size_t i = 0; i < w.size(); ++i) {
-        if (i + 1 < w.size() && w[i] == a && w[i + 1] == b) {
-          merged.push_back(a + b);
-          ++i;
-        } else {
-          merged.push_back(w[i]);
-        }
-      }
-      w = std::move(merged);
-    }
+    for (auto& [w, n] : words) w = merge_every(w, a, b);
   }
   nlohmann::json enc = nlohmann::json::object();
   for (std::size_t id = 0; id < vocab.size(); ++id) enc[spelled(vocab[id])] = id;

@@ -27,10 +27,9 @@
 // Pieces already seen come from a cache.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <fstream>
 #include <functional>
-#include <memory>
 #include <queue>
 #include <string>
 #include <string_view>
@@ -46,6 +45,21 @@
 #include "unicode.hpp"
 
 namespace remat::text {
+
+/// GPT-2's stand-in character for byte b (NOTE [Byte-level BPE]): printable Latin-1 bytes are
+/// themselves; the other 68 take U+0100, U+0101, ... in byte order.
+inline bool is_printable_byte(std::uint32_t b) {
+  return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+inline std::uint32_t byte_stand_in(unsigned char b) {
+  static const auto table = [] {
+    std::array<std::uint32_t, 256> t{};
+    std::uint32_t next = 256;
+    for (std::uint32_t c = 0; c < 256; ++c) t[c] = is_printable_byte(c) ? c : next++;
+    return t;
+  }();
+  return table[b];
+}
 
 /// Cuts text (valid UTF-8) into GPT-2's pre-tokens (NOTE [GPT-2 pre-tokenization]) and calls
 /// `piece(std::string_view)` for each, in order; together they are exactly `text`.
@@ -278,16 +292,11 @@ class Gpt2Tokenizer {
     }
   }
 
-  /// GPT-2's stand-in characters for bytes (printable Latin-1 stays itself, the other 68 bytes
-  /// become U+0100.. in order), as UTF-8 strings; `stand_in_to_bytes` inverts a token's spelling.
+  /// The byte behind each stand-in character (the inverse of byte_stand_in).
   static const std::unordered_map<std::uint32_t, unsigned char>& byte_of_stand_in() {
     static const std::unordered_map<std::uint32_t, unsigned char> m = [] {
       std::unordered_map<std::uint32_t, unsigned char> r;
-      std::uint32_t next = 256;
-      for (std::uint32_t b = 0; b < 256; ++b) {
-        const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        r[printable ? b : next++] = static_cast<unsigned char>(b);
-      }
+      for (int b = 0; b < 256; ++b) r[byte_stand_in(static_cast<unsigned char>(b))] = static_cast<unsigned char>(b);
       return r;
     }();
     return m;
@@ -298,7 +307,7 @@ class Gpt2Tokenizer {
     for (std::size_t i = 0; i < spelled.size();) {
       const detail::Decoded d = detail::decode_one(spelled, i);
       const auto it = m.find(d.cp);
-      if (it == m.end() || (d.cp == kReplacementChar)) return false;
+      if (it == m.end()) return false;  // invalid UTF-8 decodes to U+FFFD, not a stand-in
       out += static_cast<char>(it->second);
       i += d.len;
     }
