@@ -16,9 +16,19 @@ for what in "${@:-build}"; do
     *) echo "deps.sh: unknown group '$what' (expected build, torch, plot, fuzz or text)" >&2; exit 2 ;;
   esac
 done
+# A package counts as present when Debian installed it, or, for Node.js and npm, when its command
+# is on PATH: machines with Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts
+# with Debian's npm) must not ask apt for Debian's copies.
+present() {
+  case "$1" in
+    nodejs) command -v node >/dev/null && return 0 ;;
+    npm) command -v npm >/dev/null && return 0 ;;
+  esac
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
 missing=()
 for p in "${want[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  present "$p" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "remat: installing ${missing[*]}"
