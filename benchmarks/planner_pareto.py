@@ -41,6 +41,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--budgets", type=int, default=12, help="planner budgets, min feasible .. none")
+    ap.add_argument("--up-to", type=float, default=0,
+                    help="the largest budget in MiB (default: none's peak), to sweep the small ones")
     ap.add_argument("--fixed", default="none,selective,block,every:2,every:4,sqrt")
     ap.add_argument("--torch-segments", default="2,3,4,6,8,12")
     ap.add_argument("--steps", type=int, default=10)
@@ -62,9 +64,10 @@ def main():
     # nn::process_headroom: 1% (at least 1 MiB) of the ledger's peak + nn::process_overhead
     overhead = 4 * 2**20 + 1024 * min(4096, max(a.vocab, 4 * a.d, a.batch * a.seq))
     none = none_ledger + max(none_ledger // 100, 2**20) + overhead
-    budgets = [int(lo + (none - lo) * i / max(1, a.budgets - 1)) for i in range(a.budgets)]
+    top = min(none, int(a.up_to * 2**20)) if a.up_to > 0 else none
+    budgets = [int(lo + (top - lo) * i / max(1, a.budgets - 1)) for i in range(a.budgets)]
     budget_names = ["budget:%d" % b for b in budgets]
-    print("budgets from %.1f to %.1f MiB" % (lo / 2**20, none / 2**20), file=sys.stderr)
+    print("budgets from %.1f to %.1f MiB" % (lo / 2**20, top / 2**20), file=sys.stderr)
 
     # 1. memory, one process per point
     rows = {}

@@ -2,8 +2,9 @@
 // train_gpt: trains a GPT-2-style model from the command line, with activation checkpointing.
 //   build/examples/train_gpt --layers 4 --d 128 --steps 100 --checkpoint block
 //   build/examples/train_gpt --init-from model.safetensors --data train.bin --optimizer sgd
-// Data: a raw text file (bytes, vocab 256), an llm.c .bin file, or (no --data) a built-in
-// corpus. Weights in and out in Hugging Face's GPT-2 safetensors layout; full training-state
+//   build/examples/train_gpt --init-from model.safetensors --tokenizer gpt2/ --data my.txt --sample 50
+// Data: a raw text file (bytes, vocab 256; GPT-2 ids with --tokenizer), an llm.c .bin file, or
+// (no --data) a built-in corpus. With --tokenizer, --prompt and --sample are text. Weights in and out in Hugging Face's GPT-2 safetensors layout; full training-state
 // snapshots (--snapshot-every, --resume) are written atomically. See --help.
 // The trainer never loses work: every flag and output path is checked before the first step
 // (NOTE [output paths]), Ctrl-C saves before it exits (NOTE [interrupt]), a save that fails
@@ -34,6 +35,7 @@
 #include <remat/io/snapshot.hpp>
 #include <remat/nn/gpt_plan.hpp>
 #include <remat/remat.hpp>
+#include <remat/text/gpt2_tokenizer.hpp>
 
 using namespace remat;
 
@@ -45,7 +47,7 @@ struct Flags {
   float temperature = 1.0f;
   std::uint64_t seed = 1337;
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
-              resume, prompt = "The ", device = "cpu", memory_limit;
+              resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
   int snapshot_every = 0, sample = 0;
   bool json = false, estimate = false, profile = true;
 };
@@ -77,14 +79,36 @@ void print_estimates(const nn::GPTConfig& c, const Flags& f, const StepOptions& 
   }
 }
 
-std::vector<std::int32_t> builtin_corpus() {
+std::string builtin_text() {
   // A few sentences, repeated with a varying counter so the model has something to learn.
   const char* lines[] = {"the cat sat on the mat. ", "a bird in the hand is worth two in the bush. ",
                          "to be or not to be, that is the question. ",
                          "all that glitters is not gold. "};
   std::string text;
   for (int i = 0; i < 400; ++i) text += lines[i % 4] + std::to_string(i % 10) + " ";
-  return std::vector<std::int32_t>(text.begin(), text.end());
+  return text;
+}
+
+// The prompt of a model without a tokenizer whose vocabulary is not bytes: token ids separated
+// by blanks, each below the vocabulary size.
+std::vector<std::int32_t> prompt_ids(const std::string& prompt, std::int64_t vocab) {
+  std::vector<std::int32_t> ids;
+  std::size_t i = 0;
+  while (i < prompt.size()) {
+    if (prompt[i] == ' ' || prompt[i] == '\t' || prompt[i] == ',') { ++i; continue; }
+    std::int64_t v = 0;
+    std::size_t j = i;
+    while (j < prompt.size() && prompt[j] >= '0' && prompt[j] <= '9' && v < vocab)
+      v = v * 10 + (prompt[j++] - '0');
+    const bool at_end = j == prompt.size() || prompt[j] == ' ' || prompt[j] == '\t' || prompt[j] == ',';
+    REMAT_CHECK(j > i && at_end && v < vocab, "train_gpt: --prompt '", prompt, "' is not token ids: at "
+                "character ", i + 1, ", expected an id 0..", vocab - 1, " (a model of ", vocab,
+                " tokens without --tokenizer takes its prompt as ids separated by blanks; pass "
+                "--tokenizer DIR for a text prompt)");
+    ids.push_back(static_cast<std::int32_t>(v));
+    i = j;
+  }
+  return ids;
 }
 
 std::string fmt_duration(double s) {
@@ -308,17 +332,45 @@ int run(Flags f, const CLI::App& app) {
   check_input_path("--init-from", f.init_from, "a GPT-2 weights file in safetensors format");
   check_input_path("--resume", f.resume, "a snapshot file written by --snapshot-path");
   set_num_threads(f.threads);
-  // ---- data
+  // ---- tokenizer: GPT-2's byte-level BPE from a directory (include/remat/text/)
+  std::optional<text::Gpt2Tokenizer> tok;
+  if (!f.tokenizer.empty()) {
+    // a directory, or a Hugging Face tokenizer.json given as a file
+    struct ::stat sb {};
+    const bool is_file = ::stat(f.tokenizer.c_str(), &sb) == 0 && S_ISREG(sb.st_mode);
+    tok.emplace(is_file ? text::Gpt2Tokenizer::from_tokenizer_json(f.tokenizer)
+                        : text::Gpt2Tokenizer::from_directory(f.tokenizer));
+    REMAT_CHECK(tok->eot() >= 0, "train_gpt: the tokenizer in '", f.tokenizer, "' has no <|endoftext|> "
+                "(expected GPT-2's vocabulary, where it is the document separator and the start of "
+                "an empty prompt)");
+  }
+  // ---- data: text is bytes, or GPT-2 ids with --tokenizer (one document, starting with
+  // <|endoftext|> as llm.c's data scripts and examples/tokenize write it); .bin is ids already.
   std::vector<std::int32_t> tokens;
-  if (f.data.empty()) {
-    tokens = builtin_corpus();
-  } else if (f.data == "-") {  // text from standard input, as text tools read it
-    if (::isatty(STDIN_FILENO)) std::fprintf(stderr, "train_gpt: reading the text from the terminal (end it with Ctrl-D)\n");
-    tokens = data::read_text_bytes("/dev/stdin");
-  } else if (f.data.size() > 4 && f.data.compare(f.data.size() - 4, 4, ".bin") == 0) {
+  const bool is_bin = f.data.size() > 4 && f.data.compare(f.data.size() - 4, 4, ".bin") == 0;
+  if (is_bin) {
     tokens = data::read_llmc_bin(f.data);
   } else {
-    tokens = data::read_text_bytes(f.data);
+    std::string text;
+    if (f.data.empty()) {
+      text = builtin_text();
+    } else {
+      if (f.data == "-" && ::isatty(STDIN_FILENO))  // text from standard input, as text tools read it
+        std::fprintf(stderr, "train_gpt: reading the text from the terminal (end it with Ctrl-D)\n");
+      const std::vector<char> b = io::detail::read_file(f.data == "-" ? "/dev/stdin" : f.data, "train_gpt: --data");
+      text.assign(b.begin(), b.end());
+    }
+    if (tok) {
+      const auto t0 = std::chrono::steady_clock::now();
+      tokens = tok->encode(text);
+      tokens.insert(tokens.begin(), tok->eot());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "train_gpt: %s: %zu bytes -> %zu GPT-2 tokens (with <|endoftext|> first) in %.0f ms\n",
+                   f.data.empty() ? "built-in text" : f.data == "-" ? "standard input" : f.data.c_str(),
+                   text.size(), tokens.size(), 1e3 * s);
+    } else {
+      for (unsigned char ch : text) tokens.push_back(ch);
+    }
   }
 
   // ---- model: from the flags, or from a weights file (its shapes decide, flags must agree)
@@ -355,11 +407,20 @@ int run(Flags f, const CLI::App& app) {
     agree("--layers", f.layers, c.n_layer);
     agree("--d", f.d, c.n_embd);
     agree("--vocab", f.vocab, c.vocab_size);
+    REMAT_CHECK(!tok || c.vocab_size >= tok->vocab_size(), "train_gpt: '", f.init_from, "' has ",
+                c.vocab_size, " token embeddings but the tokenizer in '", f.tokenizer, "' has ",
+                tok->vocab_size(), " tokens (expected a model with at least the tokenizer's "
+                "vocabulary: GPT-2's has 50257, llm.c pads it to 50304)");
     // The default --seq is only a default: a file with fewer positions shortens it.
     if (app.count("--seq") == 0) f.seq = static_cast<int>(std::min<std::int64_t>(f.seq, c.block_size));
     REMAT_CHECK(f.seq <= c.block_size, "train_gpt: --seq ", f.seq, " is longer than the ",
                 c.block_size, " positions of '", f.init_from, "'");
   } else {
+    // A new model with a tokenizer takes its vocabulary size unless --vocab pads it.
+    if (tok && app.count("--vocab") == 0) f.vocab = static_cast<int>(tok->vocab_size());
+    REMAT_CHECK(!tok || f.vocab >= tok->vocab_size(), "train_gpt: --vocab ", f.vocab, " is smaller "
+                "than the ", tok->vocab_size(), " tokens of the tokenizer in '", f.tokenizer,
+                "' (expected at least that many; leave --vocab out to take it from the tokenizer)");
     c.vocab_size = f.vocab;
     c.block_size = f.seq;
     c.n_layer = f.layers;
@@ -376,6 +437,15 @@ int run(Flags f, const CLI::App& app) {
     print_estimates(c, f, so);
     return 0;
   }
+  // The prompt, checked now rather than after training (see the sampling at the end).
+  std::vector<std::int32_t> prompt;
+  if (tok)
+    prompt = tok->encode(f.prompt);
+  else if (c.vocab_size == 256)
+    for (unsigned char ch : f.prompt) prompt.push_back(ch);
+  else if (app.count("--prompt"))
+    prompt = prompt_ids(f.prompt, c.vocab_size);
+  if (prompt.empty()) prompt.push_back(tok ? tok->eot() : 0);
   if (!f.memory_limit.empty())
     set_memory_limit<Cpu>(parse_bytes(f.memory_limit, "train_gpt: --memory-limit"));
   std::int32_t hi = 0;
@@ -596,13 +666,14 @@ int run(Flags f, const CLI::App& app) {
   if (!f.snapshot_path.empty() && snapshot_step != done && done > start) write_snapshot(f.snapshot_path);
   if (!f.save.empty() && !write_weights()) return 1;
   if (f.sample > 0) {
-    // Generate from the prompt (bytes when the vocabulary is 256, else token ids separated by
-    // spaces), sampling with the temperature from the counter-based generator.
+    // Generate from the prompt, sampling with the temperature from the counter-based generator.
+    // The prompt and the output are text with --tokenizer (an empty prompt starts a document:
+    // <|endoftext|>; ids past the tokenizer's vocabulary, llm.c's padding, are never drawn),
+    // bytes when the vocabulary is 256, else token ids separated by blanks.
     NoGrad ng;
-    std::vector<std::int32_t> ctx;
-    if (c.vocab_size == 256)
-      for (unsigned char ch : f.prompt) ctx.push_back(ch);
-    if (ctx.empty()) ctx.push_back(0);
+    std::vector<std::int32_t> ctx = prompt;
+    const std::int64_t drawn = tok ? tok->vocab_size() : c.vocab_size;  // ids that may be drawn
+    std::vector<std::int32_t> generated;
     std::string out;
     for (int i = 0; i < f.sample && g_signal == 0; ++i) {  // Ctrl-C stops the sampling too
       const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(ctx.size()), c.block_size);
@@ -610,22 +681,32 @@ int run(Flags f, const CLI::App& app) {
       auto logits = model(tape.tokens({1, T}, window), /*training=*/false).to_vector();
       const float* last = logits.data() + (T - 1) * c.vocab_size;
       float mx = last[0];
-      for (std::int64_t v = 1; v < c.vocab_size; ++v) mx = std::max(mx, last[v]);
-      std::vector<double> p(static_cast<std::size_t>(c.vocab_size));
+      for (std::int64_t v = 1; v < drawn; ++v) mx = std::max(mx, last[v]);
+      std::vector<double> p(static_cast<std::size_t>(drawn));
       double sum = 0;
-      for (std::int64_t v = 0; v < c.vocab_size; ++v)
+      for (std::int64_t v = 0; v < drawn; ++v)
         sum += p[static_cast<std::size_t>(v)] = std::exp((last[v] - mx) / std::max(f.temperature, 1e-4f));
       double u = rng::uniform(f.seed, 0xabc, static_cast<std::uint64_t>(i)) * sum;
-      std::int32_t next = static_cast<std::int32_t>(c.vocab_size - 1);
-      for (std::int64_t v = 0; v < c.vocab_size; ++v)
+      std::int32_t next = static_cast<std::int32_t>(drawn - 1);
+      for (std::int64_t v = 0; v < drawn; ++v)
         if ((u -= p[static_cast<std::size_t>(v)]) <= 0) {
           next = static_cast<std::int32_t>(v);
           break;
         }
       ctx.push_back(next);
-      out += c.vocab_size == 256 ? std::string(1, static_cast<char>(next)) : std::to_string(next) + " ";
+      generated.push_back(next);
     }
-    std::printf("sample: %s%s\n", c.vocab_size == 256 ? f.prompt.c_str() : "", out.c_str());
+    if (tok) {
+      // Tokens' bytes may split a UTF-8 character: the text is repaired as GPT-2's decode does
+      // (errors="replace"), so the terminal gets valid UTF-8.
+      out = text::to_valid_utf8(f.prompt + tok->decode(generated));
+    } else if (c.vocab_size == 256) {
+      out = f.prompt;
+      for (auto t : generated) out += static_cast<char>(t);
+    } else {
+      for (auto t : generated) out += (out.empty() ? "" : " ") + std::to_string(t);
+    }
+    std::printf("sample: %s\n", out.c_str());
   }
   return g_signal != 0 ? 128 + g_signal : 0;  // a signal during the save or the sampling
 }
@@ -662,14 +743,19 @@ int main(int argc, char** argv) {
                "budget) without training");
   app.add_flag("!--no-profile", f.profile,
                "plan budgets from FLOP counts instead of timing a block first");
-  app.add_option("--data", f.data, "a text file (bytes), an llm.c .bin file, or - for standard input; none: built-in text");
+  app.add_option("--data", f.data, "a text file (bytes, or GPT-2 ids with --tokenizer), an llm.c .bin "
+                 "file, or - for standard input; none: built-in text");
+  app.add_option("--tokenizer", f.tokenizer, "GPT-2's tokenizer: a directory with encoder.json + "
+                 "vocab.bpe, vocab.json + merges.txt, or tokenizer.json; text data, --prompt and "
+                 "--sample are then GPT-2 tokens");
   app.add_option("--init-from", f.init_from, "GPT-2 weights (Hugging Face safetensors layout)");
   app.add_option("--save", f.save, "write the weights here at the end and on Ctrl-C (safetensors, GPT-2 layout)");
   app.add_option("--snapshot-every", f.snapshot_every, "write the training state every N steps");
   app.add_option("--snapshot-path", f.snapshot_path, "where the training state goes (every --snapshot-every steps, at the end, and on Ctrl-C)");
   app.add_option("--resume", f.resume, "continue from a training-state snapshot");
   app.add_option("--sample", f.sample, "generate N tokens after training");
-  app.add_option("--prompt", f.prompt, "the prompt for --sample (raw text models)");
+  app.add_option("--prompt", f.prompt, "the prompt for --sample: text with --tokenizer or a 256-token "
+                 "(byte) vocabulary, else token ids separated by blanks");
   app.add_option("--temperature", f.temperature, "sampling temperature (0: the most likely token)");
   app.add_option("--device", f.device, "cpu (cuda with the CUDA backend)");
   app.add_flag("--json", f.json, "one JSON object per step instead of the progress line");

@@ -184,6 +184,30 @@ TEST_CASE("a budget strategy must be planned before it runs", "[plan][gpt]") {
   CHECK_THROWS_WITH(model.loss(x, x), REMAT_CONTAINS("has no plan yet"));
 }
 
+TEST_CASE("the smallest feasible budget is searched on a table as fine as a small budget's",
+          "[plan][gpt]") {
+  // GPT L24 d128 T1024 B8 (planned only): keep-all's peak is 3.1 GiB, so a table spanning it
+  // has 13 MiB slots, and rounded up to them, nested plans look larger than `block` (its
+  // leanest: 395 MiB against block's 321). The smallest feasible budget (gpt_step's
+  // min_feasible_bytes, an infeasible budget's error) must still find the nested plan.
+  nn::GPTConfig c;
+  c.vocab_size = 256;
+  c.block_size = 1024;
+  c.n_layer = 24;
+  c.n_embd = 128;
+  c.n_head = 2;
+  const std::int64_t batch = 8, seq = 1024;
+  const nn::ProfileOptions flops{false, 1};
+  nn::GPTConfig b = c;
+  b.checkpoint = nn::CheckpointStrategy::parse("block");
+  const std::int64_t block = estimate_gpt_step<Cpu>(b, batch, seq).peak();
+  const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, batch, seq, std::int64_t{1} << 40, {}, flops, kLeanest);
+  CHECK(any.leanest < block - block / 10);  // measured: 263 MiB against 310 MiB (ledger)
+  const nn::CheckpointPlan lean = nn::plan_checkpoint<Cpu>(c, batch, seq, any.leanest, {}, flops, kLedger);
+  CHECK(lean.peak() <= any.leanest);
+  CHECK(lean.summary().find("nested") != std::string::npos);
+}
+
 TEST_CASE("an infeasible budget names the smallest feasible one and where it goes", "[plan][gpt]") {
   const nn::GPTConfig c = small_gpt(4, 0.0f);
   const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, 2, 16, std::int64_t{1} << 40, {}, {}, kLeanest);
