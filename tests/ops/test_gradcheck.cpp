@@ -189,3 +189,56 @@ TEST_CASE("the CPU kernels agree with the shared scalar formulas of core/math.hp
     }
   }
 }
+
+TEST_CASE("the CPU's fused and materialized attention paths agree; fused keeps B H T floats",
+          "[ops][grad]") {
+  // NOTE [CPU attention paths]: fused keeps each row's lse and recomputes P in backward.
+  struct Result {
+    std::vector<float> o, dq, dk, dv;
+    std::int64_t saved = 0;  // activation bytes live after the forward, beyond q, k, v
+  };
+  auto run = [](cpu::AttentionPath path, bool causal) {
+    Cpu::set_attention_path(path);
+    Tape<Cpu> tape;
+    auto q = param(tape, {2, 3, 150, 8}, 11), k = param(tape, {2, 3, 150, 8}, 12),
+         v = param(tape, {2, 3, 150, 8}, 13), w = param(tape, {2, 3, 150, 8}, 14);
+    const std::int64_t live = memory_stats<Cpu>().live_of(Category::activations);
+    auto o = attention(q, k, v, causal);
+    Result r;
+    r.saved = memory_stats<Cpu>().live_of(Category::activations) - live;
+    tape.backward(mean(o * w));
+    r.o = o.to_vector();
+    r.dq = q.grad().to_vector();
+    r.dk = k.grad().to_vector();
+    r.dv = v.grad().to_vector();
+    Cpu::set_attention_path(cpu::AttentionPath::from_env);
+    return r;
+  };
+  const std::int64_t BH = 6, T = 150;
+  for (bool causal : {true, false}) {
+    INFO("causal " << causal);
+    const Result f = run(cpu::AttentionPath::fused, causal), m = run(cpu::AttentionPath::materialized, causal);
+    CHECK(m.saved - f.saved == BH * T * T * 4 - BH * T * 4);  // P (B H T T) against lse (B H T)
+    for (const auto& [a, b] : {std::pair{&f.o, &m.o}, {&f.dq, &m.dq}, {&f.dk, &m.dk}, {&f.dv, &m.dv}}) {
+      REQUIRE(a->size() == b->size());
+      float worst = 0.0f, scale = 0.0f;
+      for (std::size_t i = 0; i < a->size(); ++i) {
+        worst = std::max(worst, std::abs((*a)[i] - (*b)[i]));
+        scale = std::max(scale, std::abs((*b)[i]));
+      }
+      CHECK(worst <= 1e-5f * scale);
+    }
+    const Result again = run(cpu::AttentionPath::fused, causal);  // deterministic, bit for bit
+    CHECK(again.o == f.o);
+    CHECK(again.dq == f.dq);
+    CHECK(again.dk == f.dk);
+    CHECK(again.dv == f.dv);
+  }
+  // The materialized path against finite differences too (the default, fused, has the cases above).
+  Cpu::set_attention_path(cpu::AttentionPath::materialized);
+  Tape<Cpu> tape;
+  auto ql = param(tape, {1, 2, 150, 4}, 7), kl = param(tape, {1, 2, 150, 4}, 8), vl = param(tape, {1, 2, 150, 4}, 9);
+  for (bool causal : {true, false})
+    gradcheck(tape, [&](const V& x) { return attention(x[0], x[1], x[2], causal); }, {ql, kl, vl});
+  Cpu::set_attention_path(cpu::AttentionPath::from_env);
+}

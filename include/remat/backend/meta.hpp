@@ -44,6 +44,11 @@ template <class B>
 struct has_binary_scratch<B, std::void_t<decltype(B::binary_backward_scratch(0, 0, false, false))>>
     : std::true_type {};
 template <class B, class = void>
+struct has_attention_forward_scratch : std::false_type {};
+template <class B>
+struct has_attention_forward_scratch<B, std::void_t<decltype(B::attention_forward_scratch(AttentionLayout{}))>>
+    : std::true_type {};
+template <class B, class = void>
 struct has_sum_squares_scratch : std::false_type {};
 template <class B>
 struct has_sum_squares_scratch<B, std::void_t<decltype(B::sum_squares_scratch(0))>>
@@ -164,8 +169,14 @@ struct Meta {
   static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t D) {
     return Target::attention_aux_numel(BH, T, D);
   }
-  static void attention_forward(const AttentionLayout&, float*, float*, const float*,
-                                const float*, const float*, float, bool) {}
+  static void attention_forward(const AttentionLayout& L, float*, float*, const float*,
+                                const float*, const float*, float, bool) {
+    if constexpr (detail::has_attention_forward_scratch<Target>::value) {
+      const Scratch s(Target::attention_forward_scratch(L));
+    } else {
+      (void)L;
+    }
+  }
   static void attention_backward(const AttentionLayout& L, float*, float*, float*, const float*,
                                  const float*, const float*, const float*, const float*,
                                  const float*, float, bool) {

@@ -4,9 +4,12 @@
 // cross-entropy and embedding. Shapes in comments; gradient outputs accumulate (+=).
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <Eigen/Core>
@@ -41,6 +44,13 @@ class Scratch {
   std::size_t bytes_;
   detail::ScratchBytes<Cpu> counted_;
   T* p_;
+};
+
+/// Which attention the CPU backend runs (NOTE [CPU attention paths]).
+enum class AttentionPath {
+  from_env,      // REMAT_CPU_ATTENTION=materialized asks for P, else fused
+  fused,         // lse kept, P recomputed in backward: memory linear in T (the default)
+  materialized,  // P (B H, T, T) kept
 };
 
 struct CpuNn {
@@ -119,35 +129,68 @@ struct CpuNn {
     });
   }
 
-  /// Attention keeps the full probability matrix on the CPU: p is (BH, T, T); the backward
-  /// does not need the output.
+  // NOTE [CPU attention paths]
+  // fused (the default): the forward keeps only each query row's log-sum-exp, lse (B H, T),
+  //   and the backward recomputes the probabilities of kRows query rows at a time from q, k
+  //   and lse: saved bytes per attention are linear in T (B H T floats besides q, k, v) and
+  //   the scratch is kRows x T floats per parallel chunk (2x in backward: P and dS rows).
+  //   The backward's P_ij = exp(scale s_ij - lse_i) comes from the same single-threaded GEMM
+  //   of the same rows as the forward's scores, so it is the same in every replay of a
+  //   checkpointed segment: gradients stay bitwise those of the plain run.
+  // materialized: the forward keeps P (B H, T, T), the backward reads it (no second scores
+  //   GEMM): T^2 bytes, kept for comparison (REMAT_CPU_ATTENTION=materialized, or
+  //   Cpu::set_attention_path).
+  // The path is read at each call: change it between steps, never between an op's forward and
+  // its backward (they must agree on what the forward kept). The estimator reads it too.
+  static void set_attention_path(AttentionPath p) { attention_path_slot().store(p); }
+  static AttentionPath attention_path() { return attention_path_slot().load(); }
+  static bool attention_fused() {
+    switch (attention_path()) {
+      case AttentionPath::fused: return true;
+      case AttentionPath::materialized: return false;
+      case AttentionPath::from_env: break;
+    }
+    const char* e = std::getenv("REMAT_CPU_ATTENTION");
+    return !(e && std::string(e) == "materialized");
+  }
+  /// The backward never needs the output (the row sums of dP P stand in for dO . O).
   static bool attention_needs_output(std::int64_t) { return false; }
+  /// Floats the attention op keeps besides q, k, v: lse (B H T) fused, P (B H T T) materialized.
   static std::int64_t attention_aux_numel(std::int64_t BH, std::int64_t T, std::int64_t) {
-    return BH * T * T;
+    return attention_fused() ? BH * T : BH * T * T;
   }
 
   // o = P v per (batch, head),  P = softmax(scale q k^T) with the causal mask (j > i masked)
-  // when `causal`; P is kept in p (B H, T, T). q, k, v, o are read through AttentionLayout, so
-  // packed GPT layouts (qkv (B, T, 3C) -> o (B, T, C)) need no copies.
-  // Causal attention works in blocks of kRows query rows: the rows [r0, r1) only see keys
-  // [0, r1), so each GEMM stops there (about 0.6 of the full products at T = 256). The (b, h)
-  // pairs run in parallel, each with single-threaded GEMMs.
+  // when `causal`; aux gets lse (B H, T) (fused) or P (B H, T, T) (materialized). q, k, v, o
+  // are read through AttentionLayout, so packed GPT layouts (qkv (B, T, 3C) -> o (B, T, C))
+  // need no copies. Query rows go in blocks of kRows: the rows [r0, r1) only see keys [0, r1),
+  // so each GEMM stops there (about 0.6 of the full products at T = 256). The (b, h) pairs run
+  // in parallel, each with single-threaded GEMMs.
   static constexpr std::int64_t kRows = 64;
-  static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
+  static void attention_forward(const AttentionLayout& L, float* o, float* aux, const float* q,
                                 const float* k, const float* v, float scale, bool causal) {
-    const std::int64_t T = L.T, D = L.D, TT = T * T;
-    parallel_for_chunks(L.B * L.H, num_chunks(L.B * L.H, 1), [&](int, std::int64_t hb, std::int64_t he) {
+    const std::int64_t T = L.T, D = L.D;
+    const bool fused = attention_fused();
+    const int chunks = num_chunks(L.B * L.H, 1);
+    const Scratch<float> scratch(attention_forward_scratch(L) / sizeof(float));
+    parallel_for_chunks(L.B * L.H, chunks, [&](int c, std::int64_t hb, std::int64_t he) {
       for (std::int64_t bh = hb; bh < he; ++bh) {
         const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh);
         const float *Q = q + qo, *K = k + qo, *V = v + qo;
-        float *P = p + bh * TT, *O = o + oo;
+        float* O = o + oo;
         for (std::int64_t r0 = 0; r0 < T; r0 += kRows) {
           const std::int64_t r1 = std::min(T, r0 + kRows), rows = r1 - r0;
           const std::int64_t keys = causal ? r1 : T;  // keys this row block can see
+          // P rows [r0, r1): in the kept P, or in this chunk's scratch (fused)
+          float* P = fused ? scratch.data() + static_cast<std::size_t>(c) * kRows * T
+                           : aux + bh * T * T + r0 * T;
           CpuGemm::gemm(false, true, rows, keys, D, 1.0f, Q + r0 * L.q_row, L.q_row, K, L.q_row,
-                        0.0f, P + r0 * T, T);
-          for (std::int64_t i = r0; i < r1; ++i) softmax_row(P + i * T, P + i * T, causal ? i + 1 : T, T, scale);
-          CpuGemm::gemm(false, false, rows, D, keys, 1.0f, P + r0 * T, T, V, L.q_row, 0.0f,
+                        0.0f, P, T);
+          for (std::int64_t i = 0; i < rows; ++i) {
+            const float lse = softmax_row(P + i * T, P + i * T, causal ? r0 + i + 1 : T, T, scale);
+            if (fused) aux[bh * T + r0 + i] = lse;
+          }
+          CpuGemm::gemm(false, false, rows, D, keys, 1.0f, P, T, V, L.q_row, 0.0f,
                         O + r0 * L.o_row, L.o_row);
         }
       }
@@ -155,22 +198,36 @@ struct CpuNn {
   }
   // dv += P^T do;  dP = do v^T;  dS = P (dP - sum(dP P));  dq += scale dS k;  dk += scale dS^T q
   // (in the same row blocks: entries of P past the causal limit are 0 and contribute nothing).
-  // dq, dk, dv use q's layout; dout uses o's.
+  // Fused: P's rows are first recomputed, P_ij = exp(scale q_i k_j - lse_i). dq, dk, dv use
+  // q's layout; dout uses o's.
   static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
                                  const float* dout, const float*, const float* q, const float* k,
-                                 const float* v, const float* p, float scale, bool causal) {
-    const std::int64_t T = L.T, D = L.D, TT = T * T;
+                                 const float* v, const float* aux, float scale, bool causal) {
+    const std::int64_t T = L.T, D = L.D;
+    const bool fused = attention_fused();
     const int chunks = num_chunks(L.B * L.H, 1);
     const Scratch<float> scratch(attention_backward_scratch(L) / sizeof(float));
     parallel_for_chunks(L.B * L.H, chunks, [&](int c, std::int64_t hb, std::int64_t he) {
-      float* ds = scratch.data() + static_cast<std::size_t>(c) * kRows * T;
+      float* ds = scratch.data() + static_cast<std::size_t>(c) * (fused ? 2 : 1) * kRows * T;
+      float* pr = ds + kRows * T;  // fused: the recomputed P rows
       for (std::int64_t bh = hb; bh < he; ++bh) {
         const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh);
-        const float *P = p + bh * TT, *dO = dout + oo;
+        const float* dO = dout + oo;
         for (std::int64_t r0 = 0; r0 < T; r0 += kRows) {
           const std::int64_t r1 = std::min(T, r0 + kRows), rows = r1 - r0;
           const std::int64_t keys = causal ? r1 : T;
-          const float* Pb = P + r0 * T;
+          const float* Pb = aux + bh * T * T + r0 * T;
+          if (fused) {
+            CpuGemm::gemm(false, true, rows, keys, D, 1.0f, q + qo + r0 * L.q_row, L.q_row, k + qo,
+                          L.q_row, 0.0f, pr, T);
+            for (std::int64_t i = 0; i < rows; ++i) {
+              const std::int64_t valid = causal ? r0 + i + 1 : T;
+              Arr R(pr + i * T, valid);
+              R = (R * scale - aux[bh * T + r0 + i]).exp();
+              for (std::int64_t j = valid; j < keys; ++j) pr[i * T + j] = 0.0f;
+            }
+            Pb = pr;
+          }
           const float* dOb = dO + r0 * L.o_row;
           if (dv) CpuGemm::gemm(true, false, keys, D, rows, 1.0f, Pb, T, dOb, L.o_row, 1.0f, dv + qo, L.q_row);
           if (!dq && !dk) continue;
@@ -190,9 +247,17 @@ struct CpuNn {
     });
   }
 
-  /// Bytes of the dS rows attention_backward allocates (kRows x T per parallel chunk).
-  static std::size_t attention_backward_scratch(const AttentionLayout& L) {
+  /// Bytes of the P rows the fused attention_forward computes in (kRows x T per parallel
+  /// chunk); 0 when materialized (it writes the kept P).
+  static std::size_t attention_forward_scratch(const AttentionLayout& L) {
+    if (!attention_fused()) return 0;
     return static_cast<std::size_t>(num_chunks(L.B * L.H, 1) * kRows * L.T) * sizeof(float);
+  }
+  /// Bytes of the dS rows attention_backward allocates (kRows x T per parallel chunk), and of
+  /// the recomputed P rows beside them when fused.
+  static std::size_t attention_backward_scratch(const AttentionLayout& L) {
+    const std::int64_t per_chunk = (attention_fused() ? 2 : 1) * kRows * L.T;
+    return static_cast<std::size_t>(num_chunks(L.B * L.H, 1) * per_chunk) * sizeof(float);
   }
 
   /// Bytes of the per-row losses cross_entropy_forward sums (in doubles, serially).
@@ -252,15 +317,22 @@ struct CpuNn {
   }
 
  private:
-  // y[0:valid] = softmax(scale x[0:valid]), y[valid:C] = 0 (x and y may alias)
-  static void softmax_row(float* y, const float* x, std::int64_t valid, std::int64_t C,
-                          float scale) {
+  // y[0:valid] = softmax(scale x[0:valid]), y[valid:C] = 0 (x and y may alias); returns the
+  // row's log-sum-exp, log sum_j exp(scale x_j)
+  static float softmax_row(float* y, const float* x, std::int64_t valid, std::int64_t C,
+                           float scale) {
     CArr X(x, valid);
     const float m = X.maxCoeff() * scale;
     Arr Y(y, valid);
     Y = (X * scale - m).exp();
-    Y *= 1.0f / Y.sum();
+    const float sum = Y.sum();
+    Y *= 1.0f / sum;
     for (std::int64_t j = valid; j < C; ++j) y[j] = 0.0f;
+    return m + std::log(sum);
+  }
+  static std::atomic<AttentionPath>& attention_path_slot() {
+    static std::atomic<AttentionPath> p{AttentionPath::from_env};
+    return p;
   }
   static int layer_norm_chunks(std::int64_t rows) { return std::max(1, num_chunks(rows, 16)); }
   static int num_chunks(std::int64_t n, std::int64_t grain) {
