@@ -4,8 +4,9 @@
 //   build/examples/train_gpt --init-from model.safetensors --data train.bin --optimizer sgd
 //   build/examples/train_gpt --init-from model.safetensors --tokenizer gpt2/ --data my.txt --sample 50
 // Data: a raw text file (bytes, vocab 256; GPT-2 ids with --tokenizer), an llm.c .bin file, or
-// (no --data) a built-in corpus. With --tokenizer, --prompt and --sample are text. Weights in and out in Hugging Face's GPT-2 safetensors layout; full training-state
-// snapshots (--snapshot-every, --resume) are written atomically. See --help.
+// (no --data) a built-in corpus. With --tokenizer, --prompt and --sample are text. Weights in
+// and out in Hugging Face's GPT-2 safetensors layout; full training-state snapshots
+// (--snapshot-every, --resume) are written atomically. See --help.
 // The trainer never loses work: every flag and output path is checked before the first step
 // (NOTE [output paths]), Ctrl-C saves before it exits (NOTE [interrupt]), a save that fails
 // at the end writes the weights elsewhere and says where, and a diverged run stops at the step

@@ -34,7 +34,7 @@ inline Policy save_linear() {
 
 /// Keep every output that an op can rebuild its backward from (linear, matmul, pointwise, shape
 /// ops); recompute only what cannot be kept: layer norms and the attention core. The cheapest
-/// replay that still drops attention's (B, H, T, T) probabilities.
+/// replay that still drops attention's state (its probabilities, when they are kept).
 inline Policy save_all_but_attention() {
   Policy p;
   p.name = "save_all_but_attention";
@@ -46,7 +46,8 @@ inline Policy save_all_but_attention() {
 /// Recomputation in Large Transformer Models"): keep every op's state as a plain run would,
 /// except the attention core, the only op recomputed in backward. Here the core is one fused op
 /// (attention, self_attention: scores, softmax, probabilities times values), so a segment drops
-/// its probabilities (B H T T floats on the CPU) and replays nothing else. A model that writes
+/// its state (lse, B H T floats, or the probabilities, B H T T, on a materialized path) and
+/// replays nothing else. A model that writes
 /// the core as separate matmul and softmax ops needs policy::custom to say which those are.
 inline Policy megatron_selective() {
   Policy p;

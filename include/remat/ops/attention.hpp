@@ -2,8 +2,9 @@
 // SPDX-License-Identifier: MIT
 // Scaled dot-product attention: over (..., T, D) tensors (attention), and fused for GPT over a
 // packed qkv (B, T, 3C) -> (B, T, C) (self_attention: no split, no head transposes, no copies).
-// The backend decides what is kept for backward (the CPU keeps the probabilities P,
-// B H T T floats).
+// The backend decides what is kept for backward (aux): each query row's log-sum-exp (B H T
+// floats; the CPU's and CUDA's fused paths, which recompute P in backward) or the
+// probabilities P (B H T T floats; their materialized paths).
 
 #include <array>
 #include <cmath>
