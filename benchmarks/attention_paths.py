@@ -43,7 +43,9 @@ def main():
               datetime.date.today().isoformat(), platform.machine() + ", 2-core VM", threads), "",
           "Command: `python3 benchmarks/attention_paths.py` (THREADS=%d). One fresh process per "
           "config and path (`REMAT_CPU_ATTENTION`), fused first; in each, `none` and `block` take "
-          "turns step by step; step time is the median of the steps after warm-up." % threads, "",
+          "turns step by step; step time is the median of the steps after warm-up. RSS growth is "
+          "the process's, over both strategies (the arena keeps the larger one's pages): compare "
+          "it between paths, not between strategies." % threads, "",
           "| config | checkpoint | path | step s (median) | min | ledger peak MiB | predicted | "
           "peak saved activations MiB | RSS growth MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

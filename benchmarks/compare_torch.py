@@ -132,12 +132,12 @@ def main():
         for ck in checkpoints:
             flags = shape + ["--threads", str(n), "--checkpoint", ck]
             ours, cmd = run_json([bin_path] + flags, env)
-            commands.append(cmd)
+            commands.append(cmd.replace(REPO + os.sep, ""))  # relative to the repo
             backend = ours.get("backend", backend)
             theirs = None
             if use_torch and ck in TORCH_CHECKPOINTS:
                 theirs, cmd = run_json([PYTHON, TORCH_SCRIPT] + flags, env)
-                commands.append(cmd)
+                commands.append(cmd.replace(REPO + os.sep, ""))
                 torch_version = theirs.get("torch_version", torch_version)
 
             ours_mib = ours["peak_bytes"] / MiB

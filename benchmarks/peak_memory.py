@@ -43,7 +43,7 @@ def main():
         cmd = [a.bin, "--layers", str(L), "--d", str(a.d), "--heads", str(a.heads), "--seq", str(a.seq),
                "--batch", str(a.batch), "--vocab", str(a.vocab), "--steps", str(a.steps),
                "--warmup", str(a.warmup), "--threads", str(a.threads), "--checkpoint", a.strategies]
-        commands.append(" ".join(cmd))
+        commands.append(" ".join(cmd).replace(REPO + os.sep, ""))  # relative to the repo
         print("running L=%d ..." % L, file=sys.stderr, flush=True)
         out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
         if out.returncode != 0:
