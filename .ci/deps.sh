@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages, only what is missing (apt-get, as root;
-# through sudo when not root). Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz] [text]
+# through sudo when not root). Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz] [text] [cli]
 set -euo pipefail
 want=()
 for what in "${@:-build}"; do
@@ -13,7 +13,9 @@ for what in "${@:-build}"; do
     fuzz) want+=(clang libclang-rt-14-dev) ;;
     # the tokenizer's reference (npm's gpt-3-encoder, run by node) and the Unicode tables' source
     text) want+=(nodejs npm python3 unicode-data) ;;
-    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot, fuzz or text)" >&2; exit 2 ;;
+    # the command-line tests' helpers: perl's JSON::PP (safetensors header edits) and signals
+    cli) want+=(perl) ;;
+    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot, fuzz, text or cli)" >&2; exit 2 ;;
   esac
 done
 # A package counts as present when Debian installed it, or, for Node.js and npm, when its command
