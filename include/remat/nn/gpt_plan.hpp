@@ -475,8 +475,9 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
   }
   // The leanest plan again, from a table that spans only up to the leanest need known now: the
   // first table spans the budget (or keep-all's peak), and its slots, rounded up, can hide
-  // nested plans leaner than every fixed strategy (GPT L24 d128 T1024 B8: with a 13 MiB slot
-  // its leanest needed 395 MiB, block 321 MiB, while a 1.3 MiB slot finds one of 274 MiB).
+  // nested plans leaner than every fixed strategy (GPT L24 d128 T1024 B8, attention keeping
+  // P: with a 13 MiB slot its leanest needed 395 MiB, block 321 MiB, while a 1.3 MiB slot
+  // finds one of 274 MiB; a test keeps it so).
   if (all && leanest.peak() < std::numeric_limits<std::int64_t>::max()) {
     plan::PlannerOptions fine = popt;
     fine.max_budget = std::min(needs(leanest) + grads, keep_all_peak);
