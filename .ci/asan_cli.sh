@@ -9,7 +9,9 @@
 set -euo pipefail
 script=$1
 shift
-copy=$(mktemp)
-trap 'rm -f "$copy"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+copy=$work/$(basename "$script")
+cp "$(dirname "$script")/common.sh" "$work/"  # what the scripts source from beside them
 sed 's/ulimit -v "\$VLIMIT";/:;/' "$script" > "$copy"
 REMAT_CLI_ASAN=1 bash "$copy" "$@"  # the script skips the system-limit cases (ASan's shadow is not ours)

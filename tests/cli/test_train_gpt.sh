@@ -6,9 +6,7 @@ set -u
 BIN=$1
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
-fails=0 passes=0
-ok() { echo "ok: $1"; passes=$((passes + 1)); }
-bad() { echo "FAILED: $1"; fails=$((fails + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # ok, bad
 
 # expect_error NAME REGEX ARGS...: exit code 1 (not a signal) and REGEX on stderr
 expect_error() {

@@ -8,17 +8,7 @@ set -u
 BIN=$1 TOKENIZE=$2 MAKE_TOK=$3
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
-fails=0 passes=0
-ok() { echo "ok: $1"; passes=$((passes + 1)); }
-bad() { echo "FAILED: $1"; fails=$((fails + 1)); }
-# expect_error NAME REGEX ARGS...: exit 1 with REGEX on stderr, before any step
-expect_error() {
-  local name=$1 re=$2; shift 2
-  "$BIN" "$@" >"$DIR/out" 2>"$DIR/err" </dev/null
-  local rc=$?
-  if [ "$rc" -eq 1 ] && grep -Eq -- "$re" "$DIR/err" && ! grep -q '"step"' "$DIR/out"; then ok "$name"; else
-    bad "$name: exit $rc, stdout: $(head -c 300 "$DIR/out"), stderr: $(cat "$DIR/err")"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # ok, bad, expect_early_error
 # run NAME OUT ARGS...: exit 0, stdout in OUT, stderr in OUT.err
 run() {
   local name=$1 out=$2; shift 2
@@ -119,19 +109,19 @@ run "padded vocabulary" "$DIR/pad" "${small[@]}" --tokenizer "$DIR/tok" --vocab 
 grep -q '^sample: The ' "$DIR/pad" && ok "padded ids are never drawn" || bad "pad: $(cat "$DIR/pad" "$DIR/pad.err")"
 
 # Errors, before step 1
-expect_error "no tokenizer there" "no tokenizer files in '$DIR/none'" "${small[@]}" --tokenizer "$DIR/none" --json
+expect_early_error "no tokenizer there" "no tokenizer files in '$DIR/none'" "${small[@]}" --tokenizer "$DIR/none" --json
 mkdir "$DIR/noeot" && cp "$DIR/tok/vocab.bpe" "$DIR/noeot/" && cp "$DIR/noeot.json" "$DIR/noeot/encoder.json"
-expect_error "a tokenizer without <|endoftext|>" "has no <\|endoftext\|>" "${small[@]}" --tokenizer "$DIR/noeot" --json
-expect_error "--vocab below the tokenizer's" "--vocab 300 is smaller than the $V tokens" "${small[@]}" \
+expect_early_error "a tokenizer without <|endoftext|>" "has no <\|endoftext\|>" "${small[@]}" --tokenizer "$DIR/noeot" --json
+expect_early_error "--vocab below the tokenizer's" "--vocab 300 is smaller than the $V tokens" "${small[@]}" \
   --tokenizer "$DIR/tok" --vocab 300 --json
 "$BIN" "${small[@]}" --vocab 256 --steps 1 --save "$DIR/bytes.safetensors" >/dev/null 2>&1
-expect_error "a model smaller than the tokenizer" "has 256 token embeddings but the tokenizer in .* has $V tokens" \
+expect_early_error "a model smaller than the tokenizer" "has 256 token embeddings but the tokenizer in .* has $V tokens" \
   --init-from "$DIR/bytes.safetensors" --tokenizer "$DIR/tok" --json --threads 1
-expect_error "ids prompt: not a number" "--prompt '12 abc' is not token ids: at character 4, expected" "${small[@]}" \
+expect_early_error "ids prompt: not a number" "--prompt '12 abc' is not token ids: at character 4, expected" "${small[@]}" \
   --vocab "$V" --data "$DIR/my.bin" --sample 5 --prompt "12 abc" --json
-expect_error "ids prompt: out of the vocabulary" "expected an id 0..$((V - 1))" "${small[@]}" \
+expect_early_error "ids prompt: out of the vocabulary" "expected an id 0..$((V - 1))" "${small[@]}" \
   --vocab "$V" --data "$DIR/my.bin" --sample 5 --prompt "5 99999999999999999999" --json
-expect_error "text data beyond a byte model" "the data has token id .* but the vocabulary has 300" "${small[@]}" \
+expect_early_error "text data beyond a byte model" "the data has token id .* but the vocabulary has 300" "${small[@]}" \
   --vocab 300 --data "$DIR/my.bin" --json
 
 echo "$passes passed, $fails failed"

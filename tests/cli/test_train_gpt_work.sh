@@ -10,21 +10,10 @@ DIR=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; chmod -R u+w "$DIR"; rm -rf "$DIR"; }
 trap cleanup EXIT
-fails=0 passes=0
-ok() { echo "ok: $1"; passes=$((passes + 1)); }
-bad() { echo "FAILED: $1"; fails=$((fails + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # ok, bad, expect_early_error
 
 small=(--layers 1 --d 16 --heads 2 --seq 8 --batch 2 --threads 1 --vocab 256)
 
-# expect_error NAME REGEX ARGS...: exit 1, REGEX on stderr, and no step trained (stdout has no
-# step: the arguments pass --json where it matters, and a failed check comes before step 1)
-expect_early_error() {
-  local name=$1 re=$2; shift 2
-  "$BIN" "$@" >"$DIR/out" 2>"$DIR/err" </dev/null
-  local rc=$?
-  if [ "$rc" -eq 1 ] && grep -Eq -- "$re" "$DIR/err" && ! grep -q '"step"' "$DIR/out"; then ok "$name"; else
-    bad "$name: exit $rc, stdout: $(head -c 300 "$DIR/out"), stderr: $(cat "$DIR/err")"; fi
-}
 # expect_run NAME REGEX ARGS...: exit 0 and REGEX on stdout or stderr
 expect_run() {
   local name=$1 re=$2; shift 2
