@@ -370,7 +370,7 @@ int run(Flags f, const CLI::App& app) {
                    f.data.empty() ? "built-in text" : f.data == "-" ? "standard input" : f.data.c_str(),
                    text.size(), tokens.size(), 1e3 * s);
     } else {
-      for (unsigned char ch : text) tokens.push_back(ch);
+      tokens = data::bytes_as_tokens(text);
     }
   }
 
@@ -443,7 +443,7 @@ int run(Flags f, const CLI::App& app) {
   if (tok)
     prompt = tok->encode(f.prompt);
   else if (c.vocab_size == 256)
-    for (unsigned char ch : f.prompt) prompt.push_back(ch);
+    prompt = data::bytes_as_tokens(f.prompt);
   else if (app.count("--prompt"))
     prompt = prompt_ids(f.prompt, c.vocab_size);
   if (prompt.empty()) prompt.push_back(tok ? tok->eot() : 0);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "remat/core/error.hpp"
@@ -60,12 +61,17 @@ inline void write_llmc_bin(const std::string& path, const std::vector<std::int32
   f.commit();
 }
 
+/// Bytes as tokens (vocabulary 256).
+inline std::vector<std::int32_t> bytes_as_tokens(std::string_view bytes) {
+  std::vector<std::int32_t> t(bytes.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) t[i] = static_cast<unsigned char>(bytes[i]);
+  return t;
+}
+
 /// The bytes of a file as tokens (vocabulary 256).
 inline std::vector<std::int32_t> read_text_bytes(const std::string& path) {
   const std::vector<char> buf = io::detail::read_file(path, "read_text_bytes");
-  std::vector<std::int32_t> t(buf.size());
-  for (std::size_t i = 0; i < buf.size(); ++i) t[i] = static_cast<unsigned char>(buf[i]);
-  return t;
+  return bytes_as_tokens(std::string_view(buf.data(), buf.size()));
 }
 
 /// Batches as llm.c's loader takes them: B*T+1 consecutive tokens from the position; inputs are
