@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages, only what is missing (apt-get, as root;
-# through sudo when not root). Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz] [text] [cli]
+# through sudo when not root).
+# Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz] [text] [cli] [mpi]
 set -euo pipefail
 want=()
 for what in "${@:-build}"; do
@@ -15,7 +16,10 @@ for what in "${@:-build}"; do
     text) want+=(nodejs npm python3 unicode-data) ;;
     # the command-line tests' helpers: perl's JSON::PP (safetensors header edits) and signals
     cli) want+=(perl) ;;
-    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot, fuzz, text or cli)" >&2; exit 2 ;;
+    # data parallel (remat::mpi) and its tests under mpiexec; openssh-client: Open MPI's launcher
+    # wants an ssh/rsh agent even for one machine
+    mpi) want+=(openmpi-bin libopenmpi-dev openssh-client) ;;
+    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot, fuzz, text, cli or mpi)" >&2; exit 2 ;;
   esac
 done
 # A package counts as present when Debian installed it, or, for Node.js and npm, when its command

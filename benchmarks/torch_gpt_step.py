@@ -8,6 +8,12 @@ Run (use the system interpreter that has torch):
     /usr/bin/python3 benchmarks/torch_gpt_step.py --layers 8 --d 256 --heads 4 \
         --seq 256 --batch 4 --vocab 256 --steps 10 --warmup 3 --threads 1 \
         [--optimizer adamw|sgd] [--checkpoint none|block|seq:K]
+
+Data parallel (DistributedDataParallel on gloo, one process per rank, each with its
+own batch; rank 0 prints, tokens_per_s is the global rate), env:// rendezvous, one
+process per rank (benchmarks/data_parallel.py starts them):
+    RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
+        /usr/bin/python3 benchmarks/torch_gpt_step.py --ddp ...
 """
 import os
 import sys
@@ -165,6 +171,8 @@ def main():
                     help="none, block (each block checkpointed) or seq:K "
                          "(torch.utils.checkpoint.checkpoint_sequential with K segments)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ddp", action="store_true",
+                    help="DistributedDataParallel on gloo (launch with torch.distributed.run)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: fp32 (TF32 matmuls allowed), peak = torch.cuda.max_memory_allocated "
                          "and max_memory_reserved")
@@ -193,6 +201,12 @@ def main():
                 args.checkpoint).to(dev)
     model.train()
     params = sum(p.numel() for p in model.parameters())
+    world, rank = 1, 0
+    if args.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        world, rank = dist.get_world_size(), dist.get_rank()
+        model = torch.nn.parallel.DistributedDataParallel(model)
 
     if args.optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr,
@@ -202,7 +216,7 @@ def main():
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     # Fixed random data, made once.
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed + rank)  # each rank its own batch
     idx = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen).to(dev)
     tgt = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen).to(dev)
 
@@ -227,7 +241,10 @@ def main():
 
     median = statistics.median(times)
     rss_peak = proc_status_bytes("VmHWM")
+    if rank != 0:
+        return
     print(json.dumps({
+        "ranks": world,
         "impl": "pytorch",
         "torch_version": torch.__version__,
         "threads": args.threads,
@@ -243,7 +260,7 @@ def main():
         "step_s": median,
         "step_s_min": min(times),
         "step_s_max": max(times),
-        "tokens_per_s": args.batch * args.seq / median,
+        "tokens_per_s": world * args.batch * args.seq / median,
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "rss_before_bytes": RSS_BEFORE,

@@ -6,7 +6,7 @@
 #   BUILD=dir (default build-asan), JOBS=n (default nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash .ci/deps.sh build torch text cli
+bash .ci/deps.sh build torch text cli mpi
 build=${BUILD:-build-asan}
 jobs=${JOBS:-$(nproc)}
 # No -Werror here (the plain stage checks warnings; GCC warns differently with sanitizers),

@@ -3,6 +3,7 @@
 //   build/examples/train_gpt --layers 4 --d 128 --steps 100 --checkpoint block
 //   build/examples/train_gpt --init-from model.safetensors --data train.bin --optimizer sgd
 //   build/examples/train_gpt --init-from model.safetensors --tokenizer gpt2/ --data my.txt --sample 50
+//   mpirun -np 2 build/examples/train_gpt --batch 4 --global-batch 16 --checkpoint block
 // Data: a raw text file (bytes, vocab 256; GPT-2 ids with --tokenizer), an llm.c .bin file, or
 // (no --data) a built-in corpus. With --tokenizer, --prompt and --sample are text. Weights in
 // and out in Hugging Face's GPT-2 safetensors layout; full training-state snapshots
@@ -28,10 +29,15 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <remat/data/tokens.hpp>
+#include <remat/dist/data_parallel.hpp>
+#if REMAT_TRAIN_GPT_MPI
+#include <remat/dist/mpi.hpp>
+#endif
 #include <remat/io/gpt2.hpp>
 #include <remat/io/snapshot.hpp>
 #include <remat/nn/gpt_plan.hpp>
@@ -45,11 +51,11 @@ namespace {
 struct Flags {
   int layers = 4, d = 128, heads = 0, seq = 128, vocab = 256, batch = 8, steps = 50, threads = 2;
   float lr = 3e-4f, grad_clip = 1.0f, momentum = 0.0f, weight_decay = 0.0f, dropout = 0.0f;
-  float temperature = 1.0f;
+  float temperature = 1.0f, bucket_mib = 25.0f;
   std::uint64_t seed = 1337;
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
               resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
-  int snapshot_every = 0, sample = 0;
+  int snapshot_every = 0, sample = 0, grad_accum = 1, global_batch = 0;
   bool json = false, estimate = false, profile = true;
 };
 
@@ -151,6 +157,8 @@ void validate(const Flags& f, const CLI::App& app) {
   expect(f.snapshot_every >= 0, "--snapshot-every", f.snapshot_every,
          "a number of steps >= 1, or 0 for no periodic snapshot");
   expect(f.sample >= 0, "--sample", f.sample, "a number of tokens to generate >= 0");
+  expect(std::isfinite(f.bucket_mib) && f.bucket_mib >= 0.001f && f.bucket_mib <= 4096.0f,
+         "--bucket-mib", f.bucket_mib, "a bucket size from 0.001 to 4096 MiB");
   REMAT_CHECK(f.optimizer == "sgd" || app.count("--momentum") == 0, "train_gpt: --momentum ",
               f.momentum, " applies to --optimizer sgd only (AdamW's betas are 0.9 and 0.999; "
               "leave --momentum out, or pass --optimizer sgd)");
@@ -161,6 +169,34 @@ void validate(const Flags& f, const CLI::App& app) {
               "--sample N turns on (expected --sample N > 0 with them)");
   REMAT_CHECK(f.save.empty() || f.save != f.snapshot_path, "train_gpt: --save and --snapshot-path "
               "are both '", f.save, "' (expected two files: the weights and the training state)");
+  REMAT_CHECK(app.count("--grad-accum") == 0 || app.count("--global-batch") == 0, "train_gpt: "
+              "--grad-accum and --global-batch both set the micro-steps (expected one of them: "
+              "--global-batch G makes G / (ranks x --batch) micro-steps)");
+}
+
+// NOTE [data parallel trainer]: under mpirun (or srun) every rank runs this program; --batch is
+// one micro-batch of one rank, and a step takes `ranks x micro-steps` of them: micro-batch g of
+// the step (g = rank x micro-steps + k, so a rank's micro-batches are consecutive) is the g-th
+// --batch sequences of the step's global batch, read as one process would read the whole of it,
+// and draws its dropout from stream_seed(seed, step, g). So the data, the masks and (with the
+// fixed-order sums, NOTE [reduction order]) every bit of the training depend on the global
+// batch and the micro-batch, not on how they are split among ranks and micro-steps. Rank 0
+// prints and writes; the ranks agree after each step whether a signal asks them to stop.
+struct Parallel {
+  dist::Comm* comm = nullptr;
+  int rank = 0, ranks = 1, micro_steps = 1;
+  std::int64_t micro_batches() const { return static_cast<std::int64_t>(ranks) * micro_steps; }
+};
+
+// The micro-steps per rank: --grad-accum, or --global-batch / (ranks x --batch), which must divide.
+int micro_steps(const Flags& f, const CLI::App& app, int ranks) {
+  if (app.count("--global-batch") == 0) return f.grad_accum;
+  const std::int64_t per = static_cast<std::int64_t>(ranks) * f.batch;
+  REMAT_CHECK(f.global_batch % per == 0, "train_gpt: --global-batch ", f.global_batch,
+              " is not a multiple of ", ranks, " rank(s) x ", flag_value(app, "--batch", f.batch),
+              " = ", per, " sequences (expected --global-batch = ranks x --batch x micro-steps; "
+              "e.g. --global-batch ", per * std::max<std::int64_t>(1, f.global_batch / per), ")");
+  return static_cast<int>(f.global_batch / per);
 }
 
 // ---- paths
@@ -321,11 +357,30 @@ std::string nonfinite_parameter(const nn::GPT<Cpu>& model) {
   return "";
 }
 
-int run(Flags f, const CLI::App& app) {
+int run(Flags f, const CLI::App& app, dist::Comm& comm) {
   REMAT_CHECK(f.device == "cpu", "train_gpt: --device ", f.device, " is not available in this build "
               "(expected cpu; the CUDA backend comes with remat::cuda)");
   validate(f, app);
-  if (!f.estimate) {
+  Parallel par;
+  par.comm = &comm;
+  par.rank = comm.rank();
+  par.ranks = comm.size();
+  par.micro_steps = micro_steps(f, app, par.ranks);
+  const bool lead = par.rank == 0;  // prints and writes
+  REMAT_CHECK(par.ranks == 1 || f.data != "-", "train_gpt: --data - reads standard input, which "
+              "reaches rank 0 only under mpirun (expected a file with ", par.ranks, " ranks)");
+  if (par.ranks > 1) {  // every rank must run the same training: compare the flags' hash
+    std::uint64_t h = 1469598103934665603ull;
+    for (const auto* o : app.get_options())
+      for (const std::string& v : o->results()) {
+        for (char ch : o->get_name() + "=" + v + ";") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+      }
+    const auto all = comm.all_gather_u64({h});
+    for (int r = 1; r < par.ranks; ++r)
+      REMAT_CHECK(all[static_cast<std::size_t>(r)] == all[0], "train_gpt: rank ", r, " was started "
+                  "with other flags than rank 0 (expected the same command on every rank)");
+  }
+  if (!f.estimate && lead) {
     if (!f.save.empty()) check_output_path("--save", f.save);
     if (!f.snapshot_path.empty()) check_output_path("--snapshot-path", f.snapshot_path);
   }
@@ -453,10 +508,14 @@ int run(Flags f, const CLI::App& app) {
   for (auto t : tokens) hi = std::max(hi, t);
   REMAT_CHECK(hi < c.vocab_size, "train_gpt: the data has token id ", hi, " but the vocabulary has ",
               c.vocab_size, " entries (expected ids < vocab; raw text needs --vocab 256 or more)");
-  REMAT_CHECK(static_cast<std::int64_t>(tokens.size()) >= static_cast<std::int64_t>(f.batch) * f.seq + 1,
+  const std::int64_t global_seqs = par.micro_batches() * f.batch;  // sequences per step
+  REMAT_CHECK(static_cast<std::int64_t>(tokens.size()) >= global_seqs * f.seq + 1,
               "train_gpt: the data has ", tokens.size(), " tokens, too few for one batch of ",
               flag_value(app, "--batch", f.batch), " x ", flag_value(app, "--seq", f.seq),
-              " (expected at least batch x seq + 1 = ", static_cast<std::int64_t>(f.batch) * f.seq + 1,
+              par.micro_batches() == 1 ? std::string()
+                                       : " x " + std::to_string(par.ranks) + " rank(s) x " +
+                                             std::to_string(par.micro_steps) + " micro-step(s)",
+              " (expected at least ", global_seqs * f.seq + 1,
               " tokens; pass a smaller --batch or --seq)");
 
   Tape<Cpu> tape(f.seed);
@@ -472,7 +531,17 @@ int run(Flags f, const CLI::App& app) {
     sgd.emplace(params, optim::SGDOptions{f.lr, f.momentum, f.weight_decay, false});
   optim::AdamW<Cpu>* use_adamw = adamw ? &*adamw : nullptr;
   optim::SGD<Cpu>* use_sgd = sgd ? &*sgd : nullptr;
-  data::Batcher batches(std::move(tokens), f.batch, f.seq);
+  // One batcher of the whole global batch on every rank (NOTE [data parallel trainer]).
+  data::Batcher batches(std::move(tokens), global_seqs, f.seq);
+  // Several ranks or micro-steps: gradients summed by DataParallel (fixed order; one process
+  // with one micro-step runs the plain step, which gives the same bits).
+  std::optional<dist::DataParallel<Cpu>> dp;
+  if (par.micro_batches() > 1) {
+    dist::DataParallelOptions o;
+    o.bucket_bytes = static_cast<std::size_t>(static_cast<double>(f.bucket_mib) * 1048576.0);
+    o.first_bucket_bytes = std::min(o.first_bucket_bytes, o.bucket_bytes);
+    dp.emplace(tape, model.named_parameters(), comm, o);
+  }
 
   int start = 0;
   if (!f.resume.empty()) {
@@ -492,6 +561,12 @@ int run(Flags f, const CLI::App& app) {
     batches.set_position(st.data_position);
     tape.set_seed(st.rng_seed);
     tape.set_rng_offset(st.rng_offset);
+    const auto was = st.extra.find("global_batch");
+    if (lead && was != st.extra.end() && was->second != std::to_string(global_seqs))
+      std::fprintf(stderr, "train_gpt: note: '%s' was trained with a global batch of %s sequences, "
+                   "this run takes %lld per step (%d rank(s) x %d micro-step(s) x --batch %d)\n",
+                   f.resume.c_str(), was->second.c_str(), static_cast<long long>(global_seqs),
+                   par.ranks, par.micro_steps, f.batch);
   }
   // budget:SIZE and auto: plan now, for these shapes (the profile times one block for real).
   const nn::ProfileOptions profile{f.profile, 3};
@@ -509,18 +584,22 @@ int run(Flags f, const CLI::App& app) {
     const std::int64_t budget = nn::budget_of<Cpu>(c.checkpoint);
     const auto cp = plan_for(budget, !(limit > 0 && budget == limit));
     c.checkpoint = model.config.checkpoint = cp.strategy;
-    if (!f.json)
+    if (!f.json && lead)
       std::printf("checkpoint %s: %s (%.2f s to plan)\n%s", c.checkpoint.str().c_str(),
                   cp.summary().c_str(), cp.plan_s, cp.table().c_str());
   }
-  const bool tty = !f.json && ::isatty(STDOUT_FILENO);
-  if (!f.json)
+  const bool tty = !f.json && lead && ::isatty(STDOUT_FILENO);
+  if (!f.json && lead)
     std::printf("GPT %lld layers, d %lld, %lld heads, vocab %lld, seq %d, batch %d: %lld parameters; "
                 "checkpoint %s; %s\n",
                 static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
                 static_cast<long long>(c.n_head), static_cast<long long>(c.vocab_size), f.seq,
                 f.batch, static_cast<long long>(model.num_parameters()), c.checkpoint.str().c_str(),
                 Cpu::describe().c_str());
+  if (!f.json && lead && par.micro_batches() > 1)
+    std::printf("data parallel: %d rank(s) x %d micro-step(s) x %d sequences = %lld sequences per "
+                "step; gradients summed in fixed order\n", par.ranks, par.micro_steps, f.batch,
+                static_cast<long long>(global_seqs));
 
   // ---- writing what was trained
   // The snapshot of an interrupted run goes to --snapshot-path, or (none given) beside the
@@ -550,6 +629,7 @@ int run(Flags f, const CLI::App& app) {
     st.rng_seed = tape.seed();
     st.rng_offset = tape.rng_offset();
     st.extra["checkpoint_strategy"] = c.checkpoint.str();
+    st.extra["global_batch"] = std::to_string(global_seqs);
     std::string why;
     const std::string at = write_somewhere(path, [&](const std::string& p) {
       io::save_state(p, model, use_adamw, use_sgd, st);
@@ -576,6 +656,40 @@ int run(Flags f, const CLI::App& app) {
   install_signal_handlers({snapshot_target, f.save});
 
   std::vector<std::int32_t> x, y;
+  // NOTE [data parallel trainer]: this rank's micro-steps, their gradients summed over ranks by
+  // DataParallel; the step's loss is the mean of every micro-batch's, summed in global order.
+  auto parallel_step = [&](int step) {
+    StepScope<Cpu> scope;
+    const std::int64_t n = static_cast<std::int64_t>(f.batch) * f.seq;
+    std::vector<std::uint64_t> mine;
+    for (int k = 0; k < par.micro_steps; ++k) {
+      const std::int64_t g = static_cast<std::int64_t>(par.rank) * par.micro_steps + k;
+      tape.set_seed(dist::stream_seed(f.seed, step, g));
+      tape.set_rng_offset(0);
+      const std::vector<std::int32_t> xs(x.begin() + g * n, x.begin() + (g + 1) * n);
+      const std::vector<std::int32_t> ys(y.begin() + g * n, y.begin() + (g + 1) * n);
+      const auto loss = model.loss(tape.tokens({f.batch, f.seq}, xs), tape.tokens({f.batch, f.seq}, ys));
+      const double lk = loss.item();
+      std::uint64_t bits;
+      std::memcpy(&bits, &lk, 8);
+      mine.push_back(bits);
+      dp->backward(loss, k, par.micro_steps);
+    }
+    if (f.grad_clip > 0.0f) optim::clip_grad_norm(params, f.grad_clip);
+    if (use_adamw) {
+      use_adamw->step();
+    } else {
+      use_sgd->step();
+    }
+    optim::zero_grad(params);
+    double sum = 0.0;
+    for (std::uint64_t b : comm.all_gather_u64(mine)) {
+      double v;
+      std::memcpy(&v, &b, 8);
+      sum += v;
+    }
+    return static_cast<float>(sum / static_cast<double>(par.micro_batches()));
+  };
   double total = 0;
   for (int step = start; step < f.steps && g_signal == 0; ++step) {
     reset_peak_memory<Cpu>();
@@ -585,11 +699,12 @@ int run(Flags f, const CLI::App& app) {
     // graph, its gradients; the optimizer state and weights are untouched, since the optimizers
     // allocate before they update) and run again on the same batch from the same RNG counter,
     // under a plan for the memory limit: its loss is the loss that plan gives from the start.
-    const std::uint64_t rng0 = tape.rng_offset();
     std::string replanned;
     float l = 0;
-    for (int attempt = 0;; ++attempt) {
+    for (int attempt = 0; !dp; ++attempt) {
       try {
+        tape.set_seed(dist::stream_seed(f.seed, step, 0));  // NOTE [data parallel trainer]
+        tape.set_rng_offset(0);
         const auto idx = tape.tokens({f.batch, f.seq}, x), tgt = tape.tokens({f.batch, f.seq}, y);
         const auto loss = use_adamw ? gpt_train_step(model, *use_adamw, idx, tgt, f.grad_clip)
                                     : gpt_train_step(model, *use_sgd, idx, tgt, f.grad_clip);
@@ -598,7 +713,6 @@ int run(Flags f, const CLI::App& app) {
       } catch (const OutOfMemory& e) {
         tape.clear();
         optim::zero_grad(params);
-        tape.set_rng_offset(rng0);
         const std::int64_t limit = memory_limit<Cpu>();
         if (limit <= 0 || attempt >= 3) throw;
         const auto cp = plan_for(limit, false);  // an Error names the smallest feasible budget
@@ -610,6 +724,20 @@ int run(Flags f, const CLI::App& app) {
                       replanned.c_str(), cp.table().c_str());
       }
     }
+    if (dp) {
+      try {
+        l = parallel_step(step);
+      } catch (const OutOfMemory& e) {  // every rank would have to re-plan alike: not done
+        REMAT_CHECK(false, "train_gpt: step ", step + 1, " ran out of memory with ", par.ranks,
+                    " rank(s) x ", par.micro_steps, " micro-step(s): ", e.what(), " (re-planning "
+                    "runs in one process with one micro-step only; pass a smaller --batch, with "
+                    "more micro-steps, or a --checkpoint plan that fits)");
+      }
+    }
+    // The ranks stop together: a signal on any of them ends the run after this step.
+    if (par.ranks > 1)
+      for (std::uint64_t v : comm.all_gather_u64({static_cast<std::uint64_t>(g_signal)}))
+        if (v != 0 && g_signal == 0) g_signal = static_cast<int>(v);
     done = step + 1;
     // NOTE [diverged run]: stop here; nothing of this step is written.
     if (!std::isfinite(l)) {
@@ -625,12 +753,24 @@ int run(Flags f, const CLI::App& app) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total += dt;
     const auto mem = memory_stats<Cpu>();
-    const double tps = f.batch * f.seq / dt;
-    if (f.json) {
+    const double tps = static_cast<double>(global_seqs) * f.seq / dt;  // all ranks together
+    if (!lead) {
+      // quiet: rank 0 prints for all
+    } else if (f.json) {
+      std::string comm_json;  // the last micro-step's reduction (NOTE [data parallel] 4)
+      if (dp) {
+        const auto& rs = dp->stats();
+        char b[256];
+        std::snprintf(b, sizeof b, ",\"ranks\":%d,\"micro_steps\":%d,\"buckets\":%d,"
+                      "\"buckets_in_backward\":%d,\"comm_exposed_s\":%.6f,\"comm_pack_s\":%.6f",
+                      par.ranks, par.micro_steps, rs.buckets, rs.launched_in_backward, rs.exposed_s,
+                      rs.pack_s);
+        comm_json = b;
+      }
       std::printf("{\"step\":%d,\"loss\":%.9g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"peak_bytes\":%lld,"
-                  "\"peak_saved_bytes\":%lld%s}\n",
+                  "\"peak_saved_bytes\":%lld%s%s}\n",
                   step + 1, l, dt, tps, static_cast<long long>(mem.peak_total),
-                  static_cast<long long>(mem.peak_of(Category::activations)),
+                  static_cast<long long>(mem.peak_of(Category::activations)), comm_json.c_str(),
                   replanned.empty() ? "" : (",\"replanned\":\"" + c.checkpoint.str() + ": " + replanned + "\"").c_str());
       std::fflush(stdout);
     } else if (tty || step + 1 == f.steps || (step + 1) % 10 == 0) {
@@ -640,7 +780,7 @@ int run(Flags f, const CLI::App& app) {
                   replanned.empty() ? "" : " | re-planned", tty ? "   " : "\n");
       std::fflush(stdout);
     }
-    if (f.snapshot_every > 0 && done % f.snapshot_every == 0) write_snapshot(f.snapshot_path);
+    if (f.snapshot_every > 0 && done % f.snapshot_every == 0 && lead) write_snapshot(f.snapshot_path);
   }
   if (tty) std::printf("\n");
   std::fflush(stdout);
@@ -654,6 +794,7 @@ int run(Flags f, const CLI::App& app) {
                    "exit %d\n", name, 128 + sig);
       return 128 + sig;
     }
+    if (!lead) return 128 + sig;  // rank 0 writes
     if (snapshot_step != done) write_snapshot(snapshot_target);
     const bool saved = f.save.empty() || write_weights();
     std::fprintf(stderr, "train_gpt: interrupted by %s after step %d of %d: the snapshot is in '%s' "
@@ -664,6 +805,7 @@ int run(Flags f, const CLI::App& app) {
     return 128 + sig;
   }
   // The end of the run: a snapshot path keeps the final state too, and the weights are saved.
+  if (!lead) return 0;  // rank 0 writes and samples
   if (!f.snapshot_path.empty() && snapshot_step != done && done > start) write_snapshot(f.snapshot_path);
   if (!f.save.empty() && !write_weights()) return 1;
   if (f.sample > 0) {
@@ -722,7 +864,14 @@ int main(int argc, char** argv) {
   app.add_option("--heads", f.heads, "attention heads (default: as the --init-from file records, else d/64)")->check(CLI::NonNegativeNumber);
   app.add_option("--seq", f.seq, "sequence length")->check(CLI::PositiveNumber);
   app.add_option("--vocab", f.vocab, "vocabulary size (256 for raw text)")->check(CLI::PositiveNumber);
-  app.add_option("--batch", f.batch, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--batch", f.batch, "sequences per micro-step of one rank (a step takes ranks x "
+                 "micro-steps of them)")->check(CLI::PositiveNumber);
+  app.add_option("--grad-accum", f.grad_accum, "micro-steps per step, their gradients summed "
+                 "before the update (default 1)")->check(CLI::PositiveNumber);
+  app.add_option("--bucket-mib", f.bucket_mib, "gradient bucket size for the sums over ranks, in "
+                 "MiB (default 25, as PyTorch DDP; the first bucket is at most 1 MiB)");
+  app.add_option("--global-batch", f.global_batch, "sequences per step over all ranks: sets the "
+                 "micro-steps to global / (ranks x --batch), which must divide")->check(CLI::PositiveNumber);
   app.add_option("--steps", f.steps, "total steps (a resumed run continues up to it)")->check(CLI::NonNegativeNumber);
   app.add_option("--lr", f.lr, "learning rate");
   app.add_option("--seed", f.seed, "seed of the initialization and of dropout");
@@ -761,11 +910,28 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device, "cpu (cuda with the CUDA backend)");
   app.add_flag("--json", f.json, "one JSON object per step instead of the progress line");
   CLI11_PARSE(app, argc, argv);
+  // Under an MPI launcher (mpirun, mpiexec, srun --mpi=pmix) with an MPI build: one rank of a
+  // data-parallel run. Otherwise one process.
+  std::unique_ptr<dist::Comm> comm;
+#if REMAT_TRAIN_GPT_MPI
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (!comm && std::getenv(v)) comm = std::make_unique<dist::MpiComm>(&argc, &argv);
+#endif
+  if (!comm) comm = std::make_unique<dist::LocalComm>();
   try {
-    return run(f, app);  // a copy: run() settles defaults that depend on the files
+    return run(f, app, *comm);  // a copy: run() settles defaults that depend on the files
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
+    if (comm->size() == 1) {
+      std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
+      return 1;
+    }
+    // Several ranks: an error every rank meets (a bad flag, ranks that disagree) is said once,
+    // by rank 0, whose abort ends the others before they speak; an error of one rank is said
+    // by that rank. Then the job ends: the others may wait for this rank in a collective.
+    if (comm->rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::fprintf(stderr, "train_gpt: error (rank %d of %d): %s\n", comm->rank(), comm->size(), e.what());
+    comm->abort(1);
     return 1;
   }
 }

@@ -43,6 +43,9 @@
 #include "remat/nn/layers.hpp"
 #include "remat/nn/module.hpp"
 
+#include "remat/dist/comm.hpp"           // LocalComm; MpiComm: remat/mpi.hpp (target remat::mpi)
+#include "remat/dist/data_parallel.hpp"  // gradient accumulation, data parallel
+
 #include "remat/optim/adamw.hpp"
 #include "remat/optim/grad.hpp"
 #include "remat/optim/sgd.hpp"

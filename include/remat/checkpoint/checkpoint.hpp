@@ -137,7 +137,9 @@ template <class B, class Fn, class Out, std::size_t N>
 struct CheckpointBody final : NodeBody<B> {
   CheckpointBody(Fn f, const std::array<Tensor<B>, N>& in, CheckpointOptions o, std::size_t sid,
                  std::uint64_t seed, std::uint64_t rng)
-      : fn(std::move(f)), inputs(in), opt(std::move(o)), id(sid), rng_seed(seed), rng_offset(rng) {}
+      : fn(std::move(f)), inputs(in), opt(std::move(o)), id(sid), rng_seed(seed), rng_offset(rng) {
+    this->segment = true;
+  }
 
   ~CheckpointBody() override {
     if (!retained) return;

@@ -209,6 +209,7 @@ Tensor<B> call_forward(typename Op::template Saved<B>& s, const std::array<Tenso
 template <class Op, class B, std::size_t N, class... A>
 Tensor<B> apply(const std::array<Tensor<B>, N>& in, const A&... attrs) {
   Tape<B>& tape = common_tape<B>(Op::name, in);
+  tape.note_leaf_uses(in);  // NOTE [gradient contributions] in core/tape.hpp
   using Seq = std::make_index_sequence<N>;
   if (tape.in_segment()) {
     using Args = decltype(std::tuple_cat(std::declval<repeat_t<Tensor<B>, N>>(), std::tuple<A...>{}));
@@ -232,6 +233,7 @@ template <class Op, class B, class... A>
 Tensor<B> apply_list(const std::vector<Tensor<B>>& in, const A&... attrs) {
   REMAT_CHECK(!in.empty(), "remat::", Op::name, ": needs at least one input, got none");
   Tape<B>& tape = common_tape<B>(Op::name, in);
+  tape.note_leaf_uses(in);  // NOTE [gradient contributions] in core/tape.hpp
   if (tape.in_segment()) {
     constexpr bool keepable = has_save<Op, B, std::tuple<std::vector<Tensor<B>>, A...>>::value;
     return apply_in_segment<Op>(

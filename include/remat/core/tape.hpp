@@ -61,6 +61,23 @@ struct NodeBody {
   virtual void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
                         std::vector<Tensor<B>>& dinp) = 0;
   std::size_t saved_bytes = 0;  // distinct bytes this node keeps alive for backward
+  bool segment = false;         // a checkpoint segment: its replayed interior adds the gradients
+};
+
+/// Watches the parameters' gradients of a graph (remat/dist/data_parallel.hpp reduces each one
+/// as soon as it is final). NOTE [gradient contributions]: every recorded op that takes a leaf
+/// adds into that leaf's gradient exactly once per input slot when its backward runs; so in
+/// forward, used() is called once per (op, leaf input) -- in checkpoint segments' first runs
+/// too, where nothing records -- and in backward, contributed() once per (node, leaf input)
+/// after the node ran, with the gradient buffer the node added into (a checkpoint replay's
+/// alias of a parameter shares the parameter's buffer). Segment nodes themselves add nothing and
+/// report nothing: their replayed interior reports. node_done() follows every backward node.
+template <class B>
+struct GradObserver {
+  virtual ~GradObserver() = default;
+  virtual void used(const TensorImpl<B>& leaf) = 0;
+  virtual void contributed(const Storage<B>* grad) = 0;
+  virtual void node_done() = 0;
 };
 
 template <class B>
@@ -260,6 +277,19 @@ class Tape {
     run_nodes(range, 0);
   }
 
+  /// Installs (or, with nullptr, removes) the observer of parameter gradients
+  /// (NOTE [gradient contributions]); one per tape.
+  void set_grad_observer(GradObserver<B>* o) noexcept { observer_ = o; }
+  GradObserver<B>* grad_observer() const noexcept { return observer_; }
+  bool in_backward() const noexcept { return in_backward_; }
+  /// Forward: reports the leaves an op takes to the observer (core/apply.hpp calls it).
+  template <class Range>
+  void note_leaf_uses(const Range& in) {
+    if (!observer_ || in_backward_ || !grad_enabled()) return;
+    for (const Tensor<B>& t : in)
+      if (t.is_leaf() && t.requires_grad()) observer_->used(*t.impl());
+  }
+
   /// Drops the recorded graph (after backward, or to discard a forward pass).
   void clear() {
     nodes_.clear();
@@ -454,6 +484,12 @@ class Tape {
       dinp.clear();
       for (const NodeInput<B>& in : node.inputs) dinp.push_back(grad_buffer(in));
       node.body->backward(*this, douts, dinp);
+      if (observer_) {  // NOTE [gradient contributions]
+        if (!node.body->segment)
+          for (const NodeInput<B>& in : node.inputs)
+            if (in.leaf) observer_->contributed(in.leaf->grad.get());
+        observer_->node_done();
+      }
     }  // `node` dies here: its saved tensors are released at once
   }
   /// Removes the nodes from `begin` on (what a failed replay recorded).
@@ -510,6 +546,7 @@ class Tape {
   std::size_t prune_mark_ = kPruneMin;
   std::int64_t failures_seen_ = detail::ledger<B>().failures();  // NOTE [graph lifetime] 5
   bool in_backward_ = false;
+  GradObserver<B>* observer_ = nullptr;
   std::uint64_t epoch_ = 1;
   std::uint64_t seed_ = 0x5eed;
   std::uint64_t rng_offset_ = 0;
