@@ -6,6 +6,9 @@
 //                               ranks agree, within 1e-5 of the fixed-order sums
 //   mpi_data_parallel mismatch  rank 1 builds another model: every rank gets the same error
 //   mpi_data_parallel throw     the last rank throws in step 2: the job ends (Comm::abort)
+//   mpi_data_parallel collectives  MpiComm itself: sums (both orders, buffers that do not split
+//                               evenly), reduce-scatter, all-gather, broadcast, against the
+//                               canonical pairwise sum each rank computes from everyone's data
 // Prints one line per check; exit 0 when all hold. One thread per rank.
 
 #include <cmath>
@@ -114,6 +117,81 @@ int bitwise(dist::MpiComm& comm) {
   return failures == 0 ? 0 : 1;
 }
 
+// Rank r's value i: distinct on every rank, with bits below the sum's precision.
+float value(int r, std::size_t i) { return remat::rng::normal(99, static_cast<std::uint64_t>(r), i) * 1000.0f; }
+
+int collectives(dist::MpiComm& comm) {
+  const int N = comm.size(), r = comm.rank();
+  // The canonical sum (NOTE [reduction order]) of every rank's value i, computed here.
+  auto expected = [N](std::size_t i) {
+    dist::PairwiseSum<float> s;
+    auto add = [](float a, float b) { return a + b; };
+    for (int q = 0; q < N; ++q) s.push(value(q, i), add);
+    return s.finish(add);
+  };
+  for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(4099)}) {
+    std::vector<float> buf(n);
+    for (std::size_t i = 0; i < n; ++i) buf[i] = value(r, i);
+    comm.allreduce_sum_now(buf.data(), n, dist::Order::fixed);
+    bool same = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float e = expected(i);
+      same = same && std::memcmp(&buf[i], &e, 4) == 0;
+    }
+    check(same, r, "allreduce_sum fixed, " + std::to_string(n) + " floats on " + std::to_string(N) +
+                       " ranks: bitwise the canonical pairwise sum");
+    for (std::size_t i = 0; i < n; ++i) buf[i] = value(r, i);
+    comm.allreduce_sum_now(buf.data(), n, dist::Order::fast);
+    double worst = 0.0;
+    for (std::size_t i = 0; i < n; ++i)
+      worst = std::max(worst, std::fabs(double(buf[i]) - expected(i)) / (1e-3 + std::fabs(double(expected(i)))));
+    const auto hs = comm.all_gather_u64({remat::detail::hash_bytes(buf.data(), n * 4)});
+    bool agree = true;
+    for (auto h : hs) agree = agree && h == hs[0];
+    check(agree && worst < 1e-5, r, "allreduce_sum fast, " + std::to_string(n) + " floats: ranks agree, close to it");
+  }
+  // reduce-scatter: N chunks of 333; chunk q is the sum of everyone's chunk q.
+  const std::size_t chunk = 333;
+  std::vector<float> in(chunk * static_cast<std::size_t>(N)), out(chunk);
+  for (dist::Order o : {dist::Order::fixed, dist::Order::fast}) {
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = value(r, i);
+    comm.reduce_scatter_sum(in.data(), out.data(), chunk, o)->wait();
+    bool ok = true;
+    for (std::size_t i = 0; i < chunk; ++i) {
+      const float e = expected(static_cast<std::size_t>(r) * chunk + i);
+      ok = ok && (o == dist::Order::fixed ? std::memcmp(&out[i], &e, 4) == 0
+                                          : std::fabs(out[i] - e) <= 1e-5f * (1.0f + std::fabs(e)));
+    }
+    check(ok, r, std::string("reduce_scatter_sum ") + dist::order_name(o) + ": this rank's chunk summed");
+  }
+  // all-gather, in place and not.
+  std::vector<float> mine(chunk), all(chunk * static_cast<std::size_t>(N));
+  for (std::size_t i = 0; i < chunk; ++i) mine[i] = value(r, i);
+  comm.all_gather(mine.data(), all.data(), chunk)->wait();
+  bool ok = true;
+  for (int q = 0; q < N; ++q)
+    for (std::size_t i = 0; i < chunk; ++i) ok = ok && all[static_cast<std::size_t>(q) * chunk + i] == value(q, i);
+  std::fill(all.begin(), all.end(), 0.0f);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(r * chunk));
+  comm.all_gather(all.data() + r * chunk, all.data(), chunk)->wait();
+  for (int q = 0; q < N; ++q)
+    for (std::size_t i = 0; i < chunk; ++i) ok = ok && all[static_cast<std::size_t>(q) * chunk + i] == value(q, i);
+  check(ok, r, "all_gather (and in place): every rank's chunk in rank order");
+  // broadcast from the last rank; a root out of range is an error.
+  std::vector<float> b(100, static_cast<float>(r));
+  comm.broadcast(b.data(), b.size() * 4, N - 1);
+  check(b[0] == static_cast<float>(N - 1) && b[99] == static_cast<float>(N - 1), r, "broadcast from the last rank");
+  bool threw = false;
+  try {
+    comm.broadcast(b.data(), 4, N);
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("expected a rank from 0") != std::string::npos;
+  }
+  check(threw, r, "broadcast from a rank that does not exist is an error");
+  comm.barrier();
+  return failures == 0 ? 0 : 1;
+}
+
 int mismatch(dist::MpiComm& comm) {
   auto cfg = remat_test::tiny_gpt("none");
   if (comm.rank() == 1) cfg.n_embd = 48;
@@ -157,7 +235,8 @@ int main(int argc, char** argv) {
     if (mode == "bitwise") return bitwise(comm);
     if (mode == "mismatch") return mismatch(comm);
     if (mode == "throw") return throws(comm);
-    std::fprintf(stderr, "usage: mpi_data_parallel bitwise|mismatch|throw\n");
+    if (mode == "collectives") return collectives(comm);
+    std::fprintf(stderr, "usage: mpi_data_parallel bitwise|mismatch|throw|collectives\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", comm.rank(), e.what());
