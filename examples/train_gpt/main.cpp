@@ -35,6 +35,7 @@
 #include <CLI/CLI.hpp>
 #include <remat/data/tokens.hpp>
 #include <remat/dist/data_parallel.hpp>
+#include <remat/dist/sharded_adamw.hpp>
 #if REMAT_TRAIN_GPT_MPI
 #include <remat/dist/mpi.hpp>
 #endif
@@ -56,7 +57,7 @@ struct Flags {
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
               resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
   int snapshot_every = 0, sample = 0, grad_accum = 1, global_batch = 0;
-  bool json = false, estimate = false, profile = true;
+  bool json = false, estimate = false, profile = true, zero = false;
 };
 
 // --estimate: the predicted peak of a training step under every fixed strategy (and the plan
@@ -169,6 +170,8 @@ void validate(const Flags& f, const CLI::App& app) {
               "--sample N turns on (expected --sample N > 0 with them)");
   REMAT_CHECK(f.save.empty() || f.save != f.snapshot_path, "train_gpt: --save and --snapshot-path "
               "are both '", f.save, "' (expected two files: the weights and the training state)");
+  REMAT_CHECK(!f.zero || f.optimizer == "adamw", "train_gpt: --zero shards AdamW's state "
+              "(expected --optimizer adamw with --zero)");
   REMAT_CHECK(app.count("--grad-accum") == 0 || app.count("--global-batch") == 0, "train_gpt: "
               "--grad-accum and --global-batch both set the micro-steps (expected one of them: "
               "--global-batch G makes G / (ranks x --batch) micro-steps)");
@@ -535,12 +538,17 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
   data::Batcher batches(std::move(tokens), global_seqs, f.seq);
   // Several ranks or micro-steps: gradients summed by DataParallel (fixed order; one process
   // with one micro-step runs the plain step, which gives the same bits).
+  // --zero: AdamW's moments sharded over the ranks (ZeRO-1, NOTE [data parallel] 8); the full
+  // AdamW object then only carries a snapshot's state in and out.
   std::optional<dist::DataParallel<Cpu>> dp;
-  if (par.micro_batches() > 1) {
+  std::optional<dist::ShardedAdamW<Cpu>> sharded;
+  if (par.micro_batches() > 1 || f.zero) {
     dist::DataParallelOptions o;
     o.bucket_bytes = static_cast<std::size_t>(static_cast<double>(f.bucket_mib) * 1048576.0);
     o.first_bucket_bytes = std::min(o.first_bucket_bytes, o.bucket_bytes);
+    o.shard_optimizer = f.zero;
     dp.emplace(tape, model.named_parameters(), comm, o);
+    if (f.zero) sharded.emplace(*dp, adamw->options());
   }
 
   int start = 0;
@@ -548,6 +556,11 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
     // load_state checks the snapshot's model config against these flags (--layers, --d,
     // --heads, --vocab, --seq, --dropout) and parses every field strictly.
     const io::TrainState st = io::load_state(f.resume, model, use_adamw, use_sgd);
+    if (sharded) {  // this rank's chunks at the first step; the full state is dropped then
+      sharded->resume_from(std::make_shared<optim::AdamW<Cpu>>(std::move(*adamw)));
+      adamw.reset();
+      use_adamw = nullptr;
+    }
     REMAT_CHECK(st.step <= std::numeric_limits<int>::max(), "train_gpt: '",
                 f.resume, "' is at step ", st.step, ", past what --steps can count (expected at "
                 "most ", std::numeric_limits<int>::max(), ")");
@@ -621,8 +634,18 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
                                          : "; the last good snapshot is '" + snapshot_written +
                                                "' (step " + std::to_string(snapshot_step) + ")");
   };
+  // Every rank calls it (ZeRO-1 gathers the sharded moments from all of them); rank 0 writes.
   auto write_snapshot = [&](const std::string& path) {
     check_finite("the snapshot");
+    std::unique_ptr<optim::AdamW<Cpu>> full;  // --zero: the whole optimizer state, gathered
+    if (sharded) {
+      full = std::make_unique<optim::AdamW<Cpu>>(params, sharded->options());
+      sharded->gather_into(*full);
+    }
+    if (!lead) {
+      snapshot_step = done;
+      return;
+    }
     io::TrainState st;
     st.step = done;
     st.data_position = batches.position();
@@ -632,7 +655,7 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
     st.extra["global_batch"] = std::to_string(global_seqs);
     std::string why;
     const std::string at = write_somewhere(path, [&](const std::string& p) {
-      io::save_state(p, model, use_adamw, use_sgd, st);
+      io::save_state(p, model, full ? full.get() : use_adamw, use_sgd, st);
     }, why);
     if (!why.empty())
       std::fprintf(stderr, "train_gpt: warning: writing the snapshot of step %d to '%s' failed (%s); "
@@ -675,8 +698,12 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
       mine.push_back(bits);
       dp->backward(loss, k, par.micro_steps);
     }
-    if (f.grad_clip > 0.0f) optim::clip_grad_norm(params, f.grad_clip);
-    if (use_adamw) {
+    // The norm from fixed blocks of the summed gradients: the same on any rank count, sharded
+    // or not (NOTE [data parallel] 9).
+    if (f.grad_clip > 0.0f) dp->clip_grad_norm(f.grad_clip);
+    if (sharded) {
+      sharded->step();
+    } else if (use_adamw) {
       use_adamw->step();
     } else {
       use_sgd->step();
@@ -762,9 +789,10 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
         const auto& rs = dp->stats();
         char b[256];
         std::snprintf(b, sizeof b, ",\"ranks\":%d,\"micro_steps\":%d,\"buckets\":%d,"
-                      "\"buckets_in_backward\":%d,\"comm_exposed_s\":%.6f,\"comm_pack_s\":%.6f",
+                      "\"buckets_in_backward\":%d,\"comm_exposed_s\":%.6f,\"comm_pack_s\":%.6f,"
+                      "\"optimizer_state_bytes\":%lld",
                       par.ranks, par.micro_steps, rs.buckets, rs.launched_in_backward, rs.exposed_s,
-                      rs.pack_s);
+                      rs.pack_s, static_cast<long long>(mem.live_of(Category::optimizer_state)));
         comm_json = b;
       }
       std::printf("{\"step\":%d,\"loss\":%.9g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"peak_bytes\":%lld,"
@@ -780,7 +808,7 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
                   replanned.empty() ? "" : " | re-planned", tty ? "   " : "\n");
       std::fflush(stdout);
     }
-    if (f.snapshot_every > 0 && done % f.snapshot_every == 0 && lead) write_snapshot(f.snapshot_path);
+    if (f.snapshot_every > 0 && done % f.snapshot_every == 0) write_snapshot(f.snapshot_path);
   }
   if (tty) std::printf("\n");
   std::fflush(stdout);
@@ -794,8 +822,8 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
                    "exit %d\n", name, 128 + sig);
       return 128 + sig;
     }
-    if (!lead) return 128 + sig;  // rank 0 writes
     if (snapshot_step != done) write_snapshot(snapshot_target);
+    if (!lead) return 128 + sig;  // rank 0 writes
     const bool saved = f.save.empty() || write_weights();
     std::fprintf(stderr, "train_gpt: interrupted by %s after step %d of %d: the snapshot is in '%s' "
                  "(continue with the same flags and --resume %s)%s%s; exit %d\n", name, done, f.steps,
@@ -805,8 +833,8 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
     return 128 + sig;
   }
   // The end of the run: a snapshot path keeps the final state too, and the weights are saved.
-  if (!lead) return 0;  // rank 0 writes and samples
   if (!f.snapshot_path.empty() && snapshot_step != done && done > start) write_snapshot(f.snapshot_path);
+  if (!lead) return 0;  // rank 0 writes and samples
   if (!f.save.empty() && !write_weights()) return 1;
   if (f.sample > 0) {
     // Generate from the prompt, sampling with the temperature from the counter-based generator.
@@ -868,6 +896,8 @@ int main(int argc, char** argv) {
                  "micro-steps of them)")->check(CLI::PositiveNumber);
   app.add_option("--grad-accum", f.grad_accum, "micro-steps per step, their gradients summed "
                  "before the update (default 1)")->check(CLI::PositiveNumber);
+  app.add_flag("--zero", f.zero, "ZeRO-1: shard AdamW's moments over the ranks (each keeps 1/ranks "
+               "of them; the training is bitwise the same)");
   app.add_option("--bucket-mib", f.bucket_mib, "gradient bucket size for the sums over ranks, in "
                  "MiB (default 25, as PyTorch DDP; the first bucket is at most 1 MiB)");
   app.add_option("--global-batch", f.global_batch, "sequences per step over all ranks: sets the "

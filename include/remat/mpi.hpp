@@ -13,3 +13,4 @@
 #include "remat/dist/comm.hpp"
 #include "remat/dist/data_parallel.hpp"
 #include "remat/dist/mpi.hpp"
+#include "remat/dist/sharded_adamw.hpp"

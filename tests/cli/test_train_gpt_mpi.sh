@@ -31,6 +31,28 @@ l2=$(losses "$DIR/np2.jsonl"); l1=$(losses "$DIR/np1.jsonl"); l4=$(losses "$DIR/
   ok "4 ranks x 1 micro-step = 2 ranks x 2 micro-steps: losses and weights bit for bit" ||
   bad "4 ranks [$l4] vs 2 ranks [$l2]; weights: $(cmp "$DIR/np4.st" "$DIR/np2.st" 2>&1)"
 
+# ZeRO-1 (--zero): the same training, bit for bit, with each rank's AdamW moments halved.
+np 2 "${run[@]}" --steps 6 --zero --save "$DIR/z2.st" > "$DIR/z2.jsonl" 2>"$DIR/err" || bad "2 ranks --zero: $(cat "$DIR/err")"
+state() { grep -o '"optimizer_state_bytes":[0-9]*' "$1" | tail -n 1 | sed 's/.*://'; }
+s2=$(state "$DIR/np2.jsonl"); z2=$(state "$DIR/z2.jsonl")
+[ -n "$l2" ] && [ "$(losses "$DIR/z2.jsonl")" = "$l2" ] && cmp -s "$DIR/z2.st" "$DIR/np2.st" &&
+  ok "--zero on 2 ranks: losses and weights bit for bit those without it" ||
+  bad "--zero [$(losses "$DIR/z2.jsonl")] vs [$l2]; weights: $(cmp "$DIR/z2.st" "$DIR/np2.st" 2>&1)"
+[ -n "$s2" ] && [ -n "$z2" ] && [ "$z2" -gt 0 ] && [ $((z2 * 10)) -le $((s2 * 6)) ] &&
+  ok "--zero on 2 ranks: optimizer state $z2 bytes per rank, unsharded $s2" ||
+  bad "--zero optimizer state: $z2 vs unsharded $s2"
+np 2 "${run[@]}" --steps 3 --zero --snapshot-every 3 --snapshot-path "$DIR/zsnap" > /dev/null 2>"$DIR/err" ||
+  bad "2 ranks --zero, first half: $(cat "$DIR/err")"
+"$BIN" "${run[@]}" --steps 6 --resume "$DIR/zsnap" --save "$DIR/zr1.st" > "$DIR/zr1.jsonl" 2>"$DIR/err" ||
+  bad "resume a --zero snapshot on 1: $(cat "$DIR/err")"
+np 4 "${run[@]}" --steps 6 --zero --resume "$DIR/zsnap" --save "$DIR/zr4.st" > "$DIR/zr4.jsonl" 2>"$DIR/err" ||
+  bad "resume a --zero snapshot on 4 --zero: $(cat "$DIR/err")"
+tail3=$(grep -o '"loss":[^,]*' "$DIR/np2.jsonl" | tail -n 3 | tr '\n' ' ')
+[ -n "$tail3" ] && [ "$(losses "$DIR/zr1.jsonl")" = "$tail3" ] && cmp -s "$DIR/zr1.st" "$DIR/np2.st" &&
+  [ "$(losses "$DIR/zr4.jsonl")" = "$tail3" ] && cmp -s "$DIR/zr4.st" "$DIR/np2.st" &&
+  ok "a --zero snapshot (gathered) resumes unsharded on 1 process and sharded on 4 ranks, bitwise" ||
+  bad "--zero resume: 1 [$(losses "$DIR/zr1.jsonl")] 4 [$(losses "$DIR/zr4.jsonl")] vs [$tail3]"
+
 # A snapshot of 2 ranks after 3 steps resumes on 1 process and on 4 ranks: steps 4-6 as before.
 np 2 "${run[@]}" --steps 3 --snapshot-every 3 --snapshot-path "$DIR/snap" > /dev/null 2>"$DIR/err" ||
   bad "2 ranks, first half: $(cat "$DIR/err")"

@@ -3,7 +3,9 @@
 //   mpi_data_parallel bitwise   N ranks with micro-batch b = one process with N micro-steps of b,
 //                               bitwise, for none, block and save_linear checkpointing with dropout,
 //                               over 3 AdamW steps; buckets issued during backward; Order::fast:
-//                               ranks agree, within 1e-5 of the fixed-order sums
+//                               ranks agree, within 1e-5 of the fixed-order sums; ZeRO-1 (sharded
+//                               AdamW, clipping on) = unsharded, bitwise, its moments 1/N
+//                               in the ledger
 //   mpi_data_parallel mismatch  rank 1 builds another model: every rank gets the same error
 //   mpi_data_parallel throw     the last rank throws in step 2: the job ends (Comm::abort)
 //   mpi_data_parallel collectives  MpiComm itself: sums (both orders, buffers that do not split
@@ -19,6 +21,7 @@
 
 #include <remat/dist/data_parallel.hpp>
 #include <remat/dist/mpi.hpp>
+#include <remat/dist/sharded_adamw.hpp>
 #include <remat/remat.hpp>
 
 #include "dist/fixture.hpp"
@@ -87,6 +90,46 @@ int bitwise(dist::MpiComm& comm) {
     check(overlap, r, tag + ": the first bucket was issued before backward ended (" +
                           std::to_string(dp.stats().launched_in_backward) + " of " +
                           std::to_string(dp.stats().buckets) + " buckets during backward)");
+  }
+  {  // ZeRO-1: the same training with the optimizer state sharded, clipping active
+    const auto cfg = remat_test::tiny_gpt("block");
+    Tape<Cpu> ta, tb;
+    nn::GPT<Cpu> a(ta, cfg), b(tb, cfg);
+    auto oa_ = small_buckets(dist::Order::fixed), ob_ = oa_;
+    ob_.shard_optimizer = true;
+    dist::DataParallel<Cpu> da(ta, a.named_parameters(), comm, oa_), db(tb, b.named_parameters(), comm, ob_);
+    optim::AdamWOptions ao;
+    ao.lr = 1e-2f;
+    ao.weight_decay = 0.1f;
+    optim::AdamW<Cpu> oa(a.parameters(), ao);
+    dist::ShardedAdamW<Cpu> ob(db, ao);
+    const std::int64_t before = memory_stats<Cpu>().live_of(Category::optimizer_state);
+    bool same = true, clipped = true;
+    for (int step = 0; step < 3; ++step) {
+      oa.zero_grad();
+      da.backward(remat_test::micro_loss(ta, a, step, r, kB, kT));
+      const float na = da.clip_grad_norm(0.05f);
+      oa.step();
+      db.backward(remat_test::micro_loss(tb, b, step, r, kB, kT));
+      const float nb = db.clip_grad_norm(0.05f);
+      ob.step();
+      clipped = clipped && na > 0.05f && std::memcmp(&na, &nb, 4) == 0;
+      std::string first;
+      if (!remat_test::bitwise_equal(a, b, false, &first)) {
+        if (same) std::printf("rank %d: ZeRO-1 step %d: first difference in %s\n", r, step, first.c_str());
+        same = false;
+      }
+    }
+    check(clipped, r, "ZeRO-1: the clipped norm is the unsharded one, bitwise (clipping active)");
+    check(same, r, "ZeRO-1, " + std::to_string(N) + " ranks: parameters after 3 steps bitwise = unsharded");
+    std::size_t chunks = 0, numel = 0;
+    for (int k = 0; k < db.buckets(); ++k) chunks += db.bucket_chunk(k), numel += db.bucket_numel(k);
+    const std::int64_t state = memory_stats<Cpu>().live_of(Category::optimizer_state) - before;
+    const std::int64_t full = 8 * static_cast<std::int64_t>(numel);
+    check(ob.state_bytes() == 8 * chunks && state == full + static_cast<std::int64_t>(8 * chunks) &&
+              chunks * static_cast<std::size_t>(N) < numel + static_cast<std::size_t>(N * db.buckets()) * 1024,
+          r, "ZeRO-1: this rank's moments in the ledger: " + std::to_string(8 * chunks) + " bytes (unsharded " +
+              std::to_string(full) + ", so 1/" + std::to_string(N) + " up to a 1024-float block per bucket)");
   }
   {  // Order::fast: the transport's own sum
     const auto cfg = remat_test::tiny_gpt("block");

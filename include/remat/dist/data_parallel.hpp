@@ -40,9 +40,19 @@
 //    changes the sums inside the matrix products: close, not bitwise.
 // 7. An exception inside a data-parallel step leaves the other ranks waiting in a collective:
 //    end the job (Comm::abort(); MpiComm's destructor does it when an exception unwinds).
+// 8. ZeRO-1 (DataParallelOptions::shard_optimizer; remat/dist/sharded_adamw.hpp): each bucket is
+//    cut into one chunk per rank (whole blocks of kBlock floats); a bucket's sum is reduce-
+//    scattered instead of all-reduced, so a rank ends backward with the summed gradient of its
+//    chunk only (the parameters' full gradients are dropped once packed), updates that chunk of
+//    the parameters with its shard of the optimizer state, and all-gathers the parameters. The
+//    sums are the all-reduce's, element by element, so the training is bitwise the unsharded one.
+// 9. grad_norm() / clip_grad_norm(): the global norm from partial sums over blocks of kBlock
+//    floats of each bucket, added in bucket and block order: the same number whether the
+//    gradients are whole (every rank) or sharded (each rank its blocks), on any rank count.
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -62,6 +72,7 @@ struct DataParallelOptions {
   std::size_t first_bucket_bytes = std::size_t(1) << 20;  // a small first bucket starts early
   Order order = Order::fixed;                              // NOTE [reduction order]
   bool broadcast_parameters = true;                        // rank 0's values to every rank
+  bool shard_optimizer = false;                            // ZeRO-1 (NOTE [data parallel] 8)
 };
 
 /// What the last reducing backward did.
@@ -98,6 +109,8 @@ template <class B>
 class DataParallel final : public GradObserver<B> {
  public:
   using Named = std::vector<std::pair<std::string, Tensor<B>>>;
+  /// The block of the norm's partial sums and of ZeRO-1's chunks (NOTE [data parallel] 8, 9).
+  static constexpr std::size_t kBlock = 1024;
 
   DataParallel(Tape<B>& tape, Named params, Comm& comm, DataParallelOptions opt = {})
       : tape_(tape), comm_(comm), opt_(opt) {
@@ -206,6 +219,74 @@ class DataParallel final : public GradObserver<B> {
   Comm& comm() noexcept { return comm_; }
   const DataParallelOptions& options() const noexcept { return opt_; }
 
+  /// The global L2 norm of the summed gradients (NOTE [data parallel] 9); after backward().
+  float grad_norm() {
+    std::vector<double> part = block_partials();
+    if (opt_.shard_optimizer && comm_.size() > 1) {  // every rank's blocks, put in order
+      std::vector<std::uint64_t> mine(part.size());
+      std::memcpy(mine.data(), part.data(), part.size() * 8);
+      const auto all = comm_.all_gather_u64(mine);
+      const std::size_t N = static_cast<std::size_t>(comm_.size());
+      part.clear();
+      std::size_t at = 0;  // offset of a bucket's blocks within one rank's list
+      for (const auto& bk : buckets_) {
+        const std::size_t nb = bk.chunk / kBlock;
+        for (std::size_t q = 0; q < N; ++q)
+          for (std::size_t j = 0; j < nb; ++j) {
+            double v;
+            std::memcpy(&v, &all[q * mine.size() + at + j], 8);
+            part.push_back(v);
+          }
+        at += nb;
+      }
+    }
+    double total = 0.0;
+    for (double v : part) total += v;
+    return static_cast<float>(std::sqrt(total));
+  }
+  /// Scales the summed gradients so that their global norm is at most max_norm (as
+  /// optim::clip_grad_norm, with grad_norm()'s norm). Returns the norm before clipping.
+  float clip_grad_norm(float max_norm) {
+    REMAT_CHECK(max_norm > 0.0f, "remat::dist::DataParallel::clip_grad_norm: max_norm is ",
+                max_norm, " (expected > 0)");
+    const float norm = grad_norm();
+    const float factor = max_norm / (norm + 1e-6f);
+    if (factor < 1.0f) {
+      if (opt_.shard_optimizer) {
+        for (auto& bk : buckets_)
+          if (bk.shard) B::scale(static_cast<float*>(bk.shard->data()), static_cast<std::int64_t>(bk.chunk), factor);
+      } else {
+        for (auto& p : params_)
+          if (p.t.impl()->grad) B::scale(static_cast<float*>(p.t.impl()->grad->data()), p.t.numel(), factor);
+      }
+    }
+    return norm;
+  }
+
+  // ---- the layout ZeRO-1's optimizer works on (remat/dist/sharded_adamw.hpp) ---------------
+  /// One parameter's part of a bucket's flat layout: floats [offset, offset + numel).
+  struct Piece {
+    Tensor<B> param;
+    std::size_t offset, numel;
+  };
+  std::size_t bucket_chunk(int b) const { return buckets_.at(static_cast<std::size_t>(b)).chunk; }
+  /// Counts the bucket plans made so far: a layout kept elsewhere (ZeRO-1's moments) is stale
+  /// when it changed.
+  int plan_version() const noexcept { return plan_version_; }
+  std::size_t bucket_numel(int b) const { return buckets_.at(static_cast<std::size_t>(b)).numel; }
+  std::vector<Piece> bucket_pieces(int b) const {
+    std::vector<Piece> out;
+    for (std::size_t i : buckets_.at(static_cast<std::size_t>(b)).params)
+      out.push_back({params_[i].t, params_[i].offset, static_cast<std::size_t>(params_[i].t.numel())});
+    return out;
+  }
+  /// ZeRO-1: the summed gradient of this rank's chunk of bucket b (chunk floats), or nullptr
+  /// before the first reducing backward.
+  float* shard_grad(int b) {
+    auto& bk = buckets_.at(static_cast<std::size_t>(b));
+    return bk.shard ? static_cast<float*>(bk.shard->data()) : nullptr;
+  }
+
   // ---- GradObserver (NOTE [gradient contributions]) -------------------------------------
   void used(const TensorImpl<B>& leaf) override {
     auto it = index_.find(&leaf);
@@ -252,7 +333,9 @@ class DataParallel final : public GradObserver<B> {
     std::vector<std::size_t> params;
     std::size_t numel = 0;
     std::size_t waiting = 0;  // parameters not final yet
+    std::size_t chunk = 0;  // floats per rank: whole kBlocks, size() of them cover numel
     std::shared_ptr<Storage<B>> buf;
+    std::shared_ptr<Storage<B>> shard;  // ZeRO-1: the sum of this rank's chunk
     std::unique_ptr<Request> request;
     bool done = false;
   };
@@ -305,6 +388,7 @@ class DataParallel final : public GradObserver<B> {
     });
     if (order == order_ && !buckets_.empty()) return;
     order_ = order;
+    ++plan_version_;
     buckets_.clear();
     Bucket cur;
     std::size_t cap = opt_.first_bucket_bytes / 4;
@@ -321,6 +405,8 @@ class DataParallel final : public GradObserver<B> {
       cur.numel += n;
     }
     buckets_.push_back(std::move(cur));
+    const std::size_t per = kBlock * static_cast<std::size_t>(comm_.size());
+    for (auto& bk : buckets_) bk.chunk = (bk.numel + per - 1) / per * kBlock;
     std::uint64_t h = 1469598103934665603ull;
     for (std::size_t i : order_) h = (h ^ i) * 1099511628211ull;
     for (const auto& bk : buckets_) h = (h ^ bk.numel) * 1099511628211ull;
@@ -339,12 +425,44 @@ class DataParallel final : public GradObserver<B> {
     for (auto& bk : buckets_) {
       bk.waiting = 0;
       bk.buf.reset();
+      bk.shard.reset();
       bk.request.reset();
       bk.done = false;
     }
     for (auto& p : params_)
       if (p.remaining > 0) ++buckets_[p.bucket].waiting;
     next_launch_ = 0;
+  }
+
+  /// Partial sums of squares of the summed gradients, per kBlock floats of each bucket's layout,
+  /// in bucket and block order; each block the sum over the parameter pieces in it of
+  /// B::sum_squares. Whole gradients: every block; ZeRO-1: this rank's chunk's blocks.
+  std::vector<double> block_partials() const {
+    std::vector<double> out;
+    const std::size_t r = static_cast<std::size_t>(comm_.rank());
+    for (const auto& bk : buckets_) {
+      const bool shard = opt_.shard_optimizer;
+      REMAT_CHECK(!shard || bk.shard, "remat::dist::DataParallel::grad_norm: no summed gradient "
+                  "yet (expected a call after the last micro-step's backward)");
+      const std::size_t lo = shard ? r * bk.chunk : 0;
+      const std::size_t hi = shard ? lo + bk.chunk : bk.chunk * static_cast<std::size_t>(comm_.size());
+      for (std::size_t b0 = lo; b0 < hi; b0 += kBlock) {
+        double part = 0.0;
+        for (std::size_t i : bk.params) {
+          const Param& p = params_[i];
+          const std::size_t s = std::max(b0, p.offset);
+          const std::size_t e = std::min(b0 + kBlock, p.offset + static_cast<std::size_t>(p.t.numel()));
+          if (s >= e) continue;
+          REMAT_CHECK(shard || p.t.impl()->grad, "remat::dist::DataParallel::grad_norm: parameter '",
+                      p.name, "' has no gradient (expected a call after backward())");
+          const float* g = shard ? static_cast<const float*>(bk.shard->data()) + (s - lo)
+                                 : static_cast<const float*>(p.t.impl()->grad->data()) + (s - p.offset);
+          part += B::sum_squares(g, static_cast<std::int64_t>(e - s));
+        }
+        out.push_back(part);
+      }
+    }
+    return out;
   }
 
   /// The parameter's gradient becomes the sum of its micro-steps' (NOTE [data parallel] 6).
@@ -359,17 +477,27 @@ class DataParallel final : public GradObserver<B> {
     REMAT_ASSERT(b == next_launch_);
     const auto t0 = now();
     Bucket& bk = buckets_[b];
-    bk.buf = std::make_shared<Storage<B>>(bk.numel * 4, Category::gradients);
+    const bool shard = opt_.shard_optimizer;
+    const std::size_t n = shard ? bk.chunk * static_cast<std::size_t>(comm_.size()) : bk.numel;
+    bk.buf = std::make_shared<Storage<B>>(n * 4, Category::gradients);
     float* dst = static_cast<float*>(bk.buf->data());
+    if (n > bk.numel) B::fill(dst + bk.numel, static_cast<std::int64_t>(n - bk.numel), 0.0f);
     for (std::size_t i : bk.params) {
       Param& p = params_[i];
       combine(p);
       B::copy(dst + p.offset, p.t.impl()->grad->data(), p.t.bytes());
+      if (shard) p.t.impl()->grad = nullptr;  // ZeRO-1: only the chunk's sum is kept
     }
     stats_.pack_s += now() - t0;
     stats_.bytes += bk.numel * 4;
     stats_.log.push_back({ReduceStats::Event::launch, static_cast<int>(b), stats_.nodes_total});
-    bk.request = comm_.allreduce_sum(dst, bk.numel, opt_.order);
+    if (shard) {
+      bk.shard = std::make_shared<Storage<B>>(bk.chunk * 4, Category::gradients);
+      bk.request = comm_.reduce_scatter_sum(dst, static_cast<float*>(bk.shard->data()), bk.chunk,
+                                            opt_.order);
+    } else {
+      bk.request = comm_.allreduce_sum(dst, bk.numel, opt_.order);
+    }
     ++next_launch_;
     poll(b);
   }
@@ -396,6 +524,11 @@ class DataParallel final : public GradObserver<B> {
     stats_.exposed_s = now() - t0;
     const auto t1 = now();
     for (auto& bk : buckets_) {
+      if (opt_.shard_optimizer) {  // the chunk's sum is in bk.shard; no full gradient
+        bk.buf.reset();
+        bk.request.reset();
+        continue;
+      }
       const float* src = static_cast<const float*>(bk.buf->data());
       for (std::size_t i : bk.params) {
         Param& p = params_[i];
@@ -429,6 +562,7 @@ class DataParallel final : public GradObserver<B> {
   // Sums an exception left in flight, with their buffers (NOTE 7).
   std::vector<std::pair<std::shared_ptr<Storage<B>>, std::unique_ptr<Request>>> abandoned_;
   std::size_t next_launch_ = 0;
+  int plan_version_ = 0;
   std::int64_t uses_seen_ = 0;
   bool reducing_ = false;
   ReduceStats stats_;
