@@ -3,7 +3,8 @@
 For every (threads, checkpoint) pair, runs our C++ binary and then
 benchmarks/torch_gpt_step.py, one after the other in fresh processes (never
 concurrently), both with MALLOC_MMAP_THRESHOLD_=65536 so freed buffers leave
-the RSS. Prints a markdown table of step times and memory, plus machine facts.
+the RSS. Prints a markdown table of step times and memory (RSS growth of each
+process, like for like, with our ledger's peak beside), plus machine facts.
 PyTorch only supports --checkpoint none|block; other policies run ours only.
 
 Run from anywhere (paths are relative to the repo root):
@@ -82,6 +83,7 @@ def machine_facts(torch_version, backend):
     except OSError:
         pass
     facts = ["- CPU: " + model, "- nproc: %d" % os.cpu_count(),
+             "- threads pinned with taskset to cores 0..n-1",
              "- torch: " + (torch_version or "not run")]
     if backend is not None:
         facts.append("- remat backend: %s" % (backend,))
@@ -131,30 +133,35 @@ def main():
     for n in threads:
         for ck in checkpoints:
             flags = shape + ["--threads", str(n), "--checkpoint", ck]
-            ours, cmd = run_json([bin_path] + flags, env)
+            pin = ["taskset", "-c", ",".join(str(i) for i in range(n))]  # n threads on n cores
+            ours, cmd = run_json(pin + [bin_path] + flags, env)
             commands.append(cmd.replace(REPO + os.sep, ""))  # relative to the repo
             backend = ours.get("backend", backend)
             theirs = None
             if use_torch and ck in TORCH_CHECKPOINTS:
-                theirs, cmd = run_json([PYTHON, TORCH_SCRIPT] + flags, env)
+                theirs, cmd = run_json(pin + [PYTHON, TORCH_SCRIPT] + flags, env)
                 commands.append(cmd.replace(REPO + os.sep, ""))
                 torch_version = theirs.get("torch_version", torch_version)
 
-            ours_mib = ours["peak_bytes"] / MiB
+            # Like for like: our process's RSS growth against PyTorch's; our ledger peak
+            # beside them, never in their place.
+            ours_rss = (ours["rss_peak_bytes"] - ours["rss_before_bytes"]) / MiB
+            ours_ledger = ours["peak_bytes"] / MiB
             if theirs is not None:
-                torch_mib = theirs["rss_growth_bytes"] / MiB
+                torch_rss = theirs["rss_growth_bytes"] / MiB
                 row = [str(n), ck, fmt_time(ours), fmt_time(theirs),
                        fmt_ratio(ours["step_s"], theirs["step_s"]),
-                       "%.1f" % ours_mib, "%.1f" % torch_mib,
-                       fmt_ratio(ours_mib, torch_mib)]
+                       "%.1f" % ours_rss, "%.1f" % torch_rss,
+                       fmt_ratio(ours_rss, torch_rss), "%.1f" % ours_ledger]
             else:
                 row = [str(n), ck, fmt_time(ours), "-", "-",
-                       "%.1f" % ours_mib, "-", "-"]
+                       "%.1f" % ours_rss, "-", "-", "%.1f" % ours_ledger]
             rows.append(row)
 
     header = ["threads", "checkpoint", "ours step s (median [min-max])",
               "torch step s (median [min-max])", "time ratio ours/torch",
-              "ours peak_bytes MiB", "torch rss_growth MiB", "memory ratio"]
+              "ours RSS growth MiB", "torch RSS growth MiB", "RSS ratio ours/torch",
+              "ours ledger peak MiB"]
     table = ["| " + " | ".join(header) + " |",
              "|" + "|".join("---" for _ in header) + "|"]
     table += ["| " + " | ".join(r) + " |" for r in rows]

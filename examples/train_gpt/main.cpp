@@ -373,12 +373,10 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
   REMAT_CHECK(par.ranks == 1 || f.data != "-", "train_gpt: --data - reads standard input, which "
               "reaches rank 0 only under mpirun (expected a file with ", par.ranks, " ranks)");
   if (par.ranks > 1) {  // every rank must run the same training: compare the flags' hash
-    std::uint64_t h = 1469598103934665603ull;
+    std::string flags;
     for (const auto* o : app.get_options())
-      for (const std::string& v : o->results()) {
-        for (char ch : o->get_name() + "=" + v + ";") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-      }
-    const auto all = comm.all_gather_u64({h});
+      for (const std::string& v : o->results()) flags += o->get_name() + "=" + v + ";";
+    const auto all = comm.all_gather_u64({detail::hash_bytes(flags)});
     for (int r = 1; r < par.ranks; ++r)
       REMAT_CHECK(all[static_cast<std::size_t>(r)] == all[0], "train_gpt: rank ", r, " was started "
                   "with other flags than rank 0 (expected the same command on every rank)");
@@ -684,7 +682,7 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
   auto parallel_step = [&](int step) {
     StepScope<Cpu> scope;
     const std::int64_t n = static_cast<std::int64_t>(f.batch) * f.seq;
-    std::vector<std::uint64_t> mine;
+    std::vector<double> losses;  // this rank's micro-batches' (global order: g)
     for (int k = 0; k < par.micro_steps; ++k) {
       const std::int64_t g = static_cast<std::int64_t>(par.rank) * par.micro_steps + k;
       tape.set_seed(dist::stream_seed(f.seed, step, g));
@@ -692,10 +690,7 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
       const std::vector<std::int32_t> xs(x.begin() + g * n, x.begin() + (g + 1) * n);
       const std::vector<std::int32_t> ys(y.begin() + g * n, y.begin() + (g + 1) * n);
       const auto loss = model.loss(tape.tokens({f.batch, f.seq}, xs), tape.tokens({f.batch, f.seq}, ys));
-      const double lk = loss.item();
-      std::uint64_t bits;
-      std::memcpy(&bits, &lk, 8);
-      mine.push_back(bits);
+      losses.push_back(loss.item());
       dp->backward(loss, k, par.micro_steps);
     }
     // The norm from fixed blocks of the summed gradients: the same on any rank count, sharded
@@ -709,13 +704,8 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
       use_sgd->step();
     }
     optim::zero_grad(params);
-    double sum = 0.0;
-    for (std::uint64_t b : comm.all_gather_u64(mine)) {
-      double v;
-      std::memcpy(&v, &b, 8);
-      sum += v;
-    }
-    return static_cast<float>(sum / static_cast<double>(par.micro_batches()));
+    return static_cast<float>(comm.sum_in_rank_order(losses) /
+                              static_cast<double>(par.micro_batches()));
   };
   double total = 0;
   for (int step = start; step < f.steps && g_signal == 0; ++step) {

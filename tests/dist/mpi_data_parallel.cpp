@@ -38,9 +38,9 @@ void check(bool ok, int rank, const std::string& what) {
 }
 
 std::uint64_t params_hash(const nn::GPT<Cpu>& m) {
-  std::uint64_t h = 1469598103934665603ull;
+  std::uint64_t h = remat::detail::kHashSeed;
   for (const auto& p : m.parameters())
-    h = (h ^ remat::detail::hash_bytes(p.data<float>(), p.bytes())) * 1099511628211ull;
+    h = remat::detail::hash_mix(h, remat::detail::hash_bytes(p.data<float>(), p.bytes()));
   return h;
 }
 
@@ -140,14 +140,14 @@ int bitwise(dist::MpiComm& comm) {
     dp.backward(remat_test::micro_loss(ta, a, 0, r, kB, kT));
     remat_test::reference_gradients(tb, b, 0, N, kB, kT);
     double worst = 0.0;
-    std::uint64_t h = 1469598103934665603ull;
+    std::uint64_t h = remat::detail::kHashSeed;
     for (std::size_t i = 0; i < a.parameters().size(); ++i) {
       const T ga = a.parameters()[i].grad(), gb = b.parameters()[i].grad();
       double scale = 1e-30;
       for (std::int64_t j = 0; j < gb.numel(); ++j) scale = std::max(scale, double(std::fabs(gb.data<float>()[j])));
       for (std::int64_t j = 0; j < ga.numel(); ++j)
         worst = std::max(worst, std::fabs(double(ga.data<float>()[j]) - gb.data<float>()[j]) / scale);
-      h = (h ^ remat::detail::hash_bytes(ga.data<float>(), ga.bytes())) * 1099511628211ull;
+      h = remat::detail::hash_mix(h, remat::detail::hash_bytes(ga.data<float>(), ga.bytes()));
     }
     bool agree = true;
     const auto hs = comm.all_gather_u64({h});
@@ -231,6 +231,19 @@ int collectives(dist::MpiComm& comm) {
     threw = std::string(e.what()).find("expected a rank from 0") != std::string::npos;
   }
   check(threw, r, "broadcast from a rank that does not exist is an error");
+  // sum_in_rank_order: rank q holds values 3q, 3q+1, 3q+2 of one global list; the sum is the
+  // serial left-to-right sum of that list, the same double on every rank.
+  std::vector<double> three, global;
+  for (int q = 0; q < N; ++q)
+    for (std::size_t i = 0; i < 3; ++i) {
+      const double v = static_cast<double>(value(q, i)) * 1e-7 + (q + 1) * 1e9;
+      global.push_back(v);
+      if (q == r) three.push_back(v);
+    }
+  double serial = 0.0;
+  for (double v : global) serial += v;
+  const double got = comm.sum_in_rank_order(three);
+  check(std::memcmp(&got, &serial, 8) == 0, r, "sum_in_rank_order: the serial sum of the global list");
   comm.barrier();
   return failures == 0 ? 0 : 1;
 }

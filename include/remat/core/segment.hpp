@@ -64,20 +64,28 @@ struct TraceEntry {
   bool keepable = false;   // the op can rebuild its backward state from its output
 };
 
-/// 64-bit hash of a buffer (FNV-1a over 8-byte words); a cheap bitwise fingerprint.
+/// The starting value of the hashes below (FNV-1a's offset basis).
+constexpr std::uint64_t kHashSeed = 1469598103934665603ull;
+/// Folds a 64-bit word into a running hash: one FNV-1a step over the word, then a shift-xor.
+inline std::uint64_t hash_mix(std::uint64_t h, std::uint64_t w) {
+  h = (h ^ w) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+/// 64-bit hash of a buffer (hash_mix over 8-byte words, FNV-1a over the tail); a cheap bitwise
+/// fingerprint, not a cryptographic one.
 inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
   const unsigned char* c = static_cast<const unsigned char*>(p);
-  std::uint64_t h = 1469598103934665603ull;
+  std::uint64_t h = kHashSeed;
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     std::uint64_t w;
     std::memcpy(&w, c + i, 8);
-    h = (h ^ w) * 1099511628211ull;
-    h ^= h >> 29;
+    h = hash_mix(h, w);
   }
   for (; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
   return h;
 }
+inline std::uint64_t hash_bytes(const std::string& s) { return hash_bytes(s.data(), s.size()); }
 
 /// The saved state of an op a policy kept whole (Policy::keep_state), type-erased.
 template <class B>

@@ -112,14 +112,16 @@ class Comm {
   void allreduce_sum_now(float* buf, std::size_t n, Order order) {
     allreduce_sum(buf, n, order)->wait();
   }
-  /// The sum of one value per rank, in rank order (the same on every rank).
-  double sum_in_rank_order(double mine) {
-    std::uint64_t bits;
-    std::memcpy(&bits, &mine, 8);
+  /// Blocking: every rank's `mine` (the same length everywhere) summed in one order, rank 0's
+  /// values first, then rank 1's, ...: the same double on every rank, and the same for any
+  /// split of a list of values over ranks (a step's micro-batch losses, listed globally).
+  double sum_in_rank_order(const std::vector<double>& mine) {
+    std::vector<std::uint64_t> bits(mine.size());
+    if (!mine.empty()) std::memcpy(bits.data(), mine.data(), mine.size() * sizeof(double));
     double s = 0.0;
-    for (std::uint64_t b : all_gather_u64({bits})) {
+    for (std::uint64_t b : all_gather_u64(bits)) {
       double v;
-      std::memcpy(&v, &b, 8);
+      std::memcpy(&v, &b, sizeof v);
       s += v;
     }
     return s;

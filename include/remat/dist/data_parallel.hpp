@@ -204,10 +204,6 @@ class DataParallel final : public GradObserver<B> {
     uses_seen_ = 0;
   }
 
-  /// The mean of a value over ranks, summed in rank order (the same on every rank): the global
-  /// loss of a step from each rank's micro-batch mean.
-  double mean_over_ranks(double local) { return comm_.sum_in_rank_order(local) / comm_.size(); }
-
   const ReduceStats& stats() const noexcept { return stats_; }
   int buckets() const noexcept { return static_cast<int>(buckets_.size()); }
   /// The parameters of bucket b, in the order their gradients become final.
@@ -349,10 +345,6 @@ class DataParallel final : public GradObserver<B> {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  static std::uint64_t hash_str(std::uint64_t h, const std::string& s) {
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    return h;
-  }
 
   /// NOTE [data parallel] 1: one error, the same on every rank, naming the first difference.
   void check_ranks_agree() {
@@ -365,8 +357,9 @@ class DataParallel final : public GradObserver<B> {
                   head[2 * r + 1], " values), rank 0 has ", head[0], " (", head[1],
                   " values); every rank must build the same model (same config)");
     std::vector<std::uint64_t> mine;
-    for (auto& p : params_) mine.push_back(hash_str(hash_str(1469598103934665603ull, p.name),
-                                                    p.t.shape().str()));
+    for (auto& p : params_)
+      mine.push_back(detail::hash_mix(detail::hash_bytes(p.name),
+                                      detail::hash_bytes(p.t.shape().str())));
     const auto all = comm_.all_gather_u64(mine);
     const std::size_t n = params_.size();
     for (int r = 1; r < comm_.size(); ++r)
@@ -407,9 +400,9 @@ class DataParallel final : public GradObserver<B> {
     buckets_.push_back(std::move(cur));
     const std::size_t per = kBlock * static_cast<std::size_t>(comm_.size());
     for (auto& bk : buckets_) bk.chunk = (bk.numel + per - 1) / per * kBlock;
-    std::uint64_t h = 1469598103934665603ull;
-    for (std::size_t i : order_) h = (h ^ i) * 1099511628211ull;
-    for (const auto& bk : buckets_) h = (h ^ bk.numel) * 1099511628211ull;
+    std::uint64_t h = detail::kHashSeed;
+    for (std::size_t i : order_) h = detail::hash_mix(h, i);
+    for (const auto& bk : buckets_) h = detail::hash_mix(h, bk.numel);
     const auto all = comm_.all_gather_u64({h});
     for (int r = 1; r < comm_.size(); ++r)
       REMAT_CHECK(all[static_cast<std::size_t>(r)] == all[0], "remat::dist::DataParallel: rank ",

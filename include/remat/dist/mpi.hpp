@@ -58,11 +58,14 @@ class MpiRequest final : public Request {
 class FixedOrderSum final : public Request {
  public:
   // n = size * chunk floats at `in`; the sum of chunk `rank` goes to `out` (chunk floats); with
-  // `gather_to`, every rank's sum is gathered there afterwards (an all-reduce).
+  // `gather_to`, every rank's sum is gathered there afterwards (an all-reduce). A padded
+  // all-reduce passes its zero-padded copy of the user's buffer (which `in` and `gather_to`
+  // point into) and where the first `user_n` floats of the sum go in the end.
   FixedOrderSum(MPI_Comm comm, int rank, int size, int tag, const float* in, float* out,
-                std::size_t chunk, float* gather_to, std::vector<float> padded)
+                std::size_t chunk, float* gather_to, std::vector<float> padded = {},
+                float* user = nullptr, std::size_t user_n = 0)
       : comm_(comm), rank_(rank), size_(size), tag_(tag), out_(out), chunk_(chunk),
-        gather_to_(gather_to), padded_(std::move(padded)),
+        gather_to_(gather_to), padded_(std::move(padded)), user_(user), user_n_(user_n),
         recv_(static_cast<std::size_t>(size) * chunk) {
     const int c = static_cast<int>(chunk);
     for (int q = 0; q < size_; ++q) {
@@ -101,9 +104,6 @@ class FixedOrderSum final : public Request {
       advance();
     }
   }
-
-  float* user_ = nullptr;  // padded all-reduce: where the result goes in the end
-  std::size_t user_n_ = 0;
 
  private:
   void advance() {
@@ -146,6 +146,8 @@ class FixedOrderSum final : public Request {
   std::size_t chunk_;
   float* gather_to_;
   std::vector<float> padded_;
+  float* user_;  // padded all-reduce: where the sum goes in the end
+  std::size_t user_n_;
   std::vector<float> recv_;  // size() chunks, one from every rank (one bucket, off the ledger)
   std::vector<MPI_Request> reqs_;
   int phase_ = 0;
@@ -203,19 +205,15 @@ class MpiComm final : public Comm {
     const std::size_t chunk = (n + N - 1) / N;
     if (chunk * N == n) {
       return std::make_unique<detail::FixedOrderSum>(comm_, rank_, size_, next_tag(), buf,
-                                                     buf + rank_ * chunk, chunk, buf,
-                                                     std::vector<float>());
+                                                     buf + rank_ * chunk, chunk, buf);
     }
     // Not a multiple of the rank count: sum a zero-padded copy, copy the sum back at the end.
     std::vector<float> padded(chunk * N, 0.0f);
     std::memcpy(padded.data(), buf, n * sizeof(float));
     float* p = padded.data();
-    auto req = std::make_unique<detail::FixedOrderSum>(comm_, rank_, size_, next_tag(), p,
-                                                       p + rank_ * chunk, chunk, p,
-                                                       std::move(padded));
-    req->user_ = buf;
-    req->user_n_ = n;
-    return req;
+    return std::make_unique<detail::FixedOrderSum>(comm_, rank_, size_, next_tag(), p,
+                                                   p + rank_ * chunk, chunk, p, std::move(padded),
+                                                   buf, n);
   }
 
   std::unique_ptr<Request> reduce_scatter_sum(const float* in, float* out, std::size_t chunk,
@@ -233,7 +231,7 @@ class MpiComm final : public Comm {
       return std::make_unique<detail::MpiRequest>(r, "MPI_Ireduce_scatter_block");
     }
     return std::make_unique<detail::FixedOrderSum>(comm_, rank_, size_, next_tag(), in, out,
-                                                   chunk, nullptr, std::vector<float>());
+                                                   chunk, nullptr);
   }
 
   std::unique_ptr<Request> all_gather(const float* in, float* out, std::size_t chunk) override {
