@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages, only what is missing (apt-get, as root;
 # through sudo when not root).
-# Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz] [text] [cli] [mpi]
+# Usage: bash .ci/deps.sh [build] [torch] [plot] [fuzz] [text] [cli] [mpi] [perf]
 set -euo pipefail
 want=()
 for what in "${@:-build}"; do
@@ -19,7 +19,9 @@ for what in "${@:-build}"; do
     # data parallel (remat::mpi) and its tests under mpiexec; openssh-client: Open MPI's launcher
     # wants an ssh/rsh agent even for one machine
     mpi) want+=(openmpi-bin libopenmpi-dev openssh-client) ;;
-    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot, fuzz, text, cli or mpi)" >&2; exit 2 ;;
+    # benchmarks/profile_step.py
+    perf) want+=(linux-perf) ;;
+    *) echo "deps.sh: unknown group '$what' (expected build, torch, plot, fuzz, text, cli, mpi or perf)" >&2; exit 2 ;;
   esac
 done
 # A package counts as present when Debian installed it, or, for Node.js and npm, when its command

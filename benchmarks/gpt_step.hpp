@@ -139,6 +139,9 @@ int gpt_step_main(int argc, char** argv) {
       return 0;
     }
     const int n = static_cast<int>(results.size());
+    // The measured steps' span on the monotonic clock (benchmarks/profile_step.py keeps only
+    // the perf samples inside it).
+    double measured_from = 0.0, measured_until = 0.0;
     for (int s = 0; s < (warmup + steps) * n; ++s) {
       Result& r = results[static_cast<std::size_t>(s % n)];
       const bool measured = s >= warmup * n;
@@ -148,6 +151,7 @@ int gpt_step_main(int argc, char** argv) {
       reset_peak_memory<B>();
       const std::int64_t live0 = memory_stats<B>().live_total;
       const double t0 = remat_bench::now_s();
+      if (s == warmup * n) measured_from = t0;
       auto loss = model.loss(idx, tgt);
       tape.backward(loss);
       if (optimizer == "adamw") {
@@ -159,6 +163,7 @@ int gpt_step_main(int argc, char** argv) {
       }
       B::synchronize();  // a GPU step ends when its kernels do
       const double dt = remat_bench::now_s() - t0;
+      measured_until = t0 + dt;
       const float l = loss.item();
       if (!r.seen) r.loss_first = l;
       r.seen = true;
@@ -184,7 +189,7 @@ int gpt_step_main(int argc, char** argv) {
           "\"estimate_s\":%.6f,\"plan_segments\":%d,"
           "\"peak_step_bytes\":%lld,\"peak_saved_bytes\":%lld,"
           "%s,\"rss_before_bytes\":%lld,\"rss_peak_bytes\":%lld,"
-          "\"memory\":%s,\"segments\":%s}\n",
+          "\"measured_from_s\":%.6f,\"measured_until_s\":%.6f,\"memory\":%s,\"segments\":%s}\n",
           B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab, r.name.c_str(),
           optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
@@ -193,7 +198,7 @@ int gpt_step_main(int argc, char** argv) {
           r.plan_segments, static_cast<long long>(r.peak_step),
           static_cast<long long>(r.peak_saved), backend_json<B>().c_str(),
           static_cast<long long>(rss_before), static_cast<long long>(remat_bench::rss_bytes("VmHWM")),
-          r.mem.json().c_str(), remat_bench::segments_json(r.segments).c_str());
+          measured_from, measured_until, r.mem.json().c_str(), remat_bench::segments_json(r.segments).c_str());
     }
     if (print_segments) std::fprintf(stderr, "%s", segment_table(tape).c_str());
   } catch (const std::exception& e) {

@@ -1,12 +1,13 @@
 """Where a training step's CPU time goes: a per-op profile of `gpt_step` with perf.
 
 Samples build/benchmarks/gpt_step under `perf record -e cpu-clock` (a software clock, so it
-works in VMs without hardware counters), reads `perf report` by shared object and symbol, and
-sorts every sample into one category: GEMM (all of OpenBLAS: kernels and packing), attention
+works in VMs without hardware counters), reads the samples with `perf script`, and
+sorts every sample taken during the measured steps into one category: GEMM (all of OpenBLAS: kernels and packing), attention
 (the fused kernel's own loops, not its GEMMs), layer norm, GELU, cross-entropy, embedding,
 optimizer, other element-wise ops, allocation and page clearing (the kernel), the OpenMP
 runtime, and the rest. The run includes set-up and warm-up steps; with 10 or more steps they
-are a few percent of the samples.
+are left out: gpt_step reports its measured steps' span on the monotonic clock, and perf
+records its samples on that clock (-k CLOCK_MONOTONIC).
 
 Run from the repo root (perf from Debian's linux-perf; needs perf_event_paranoid <= 1 or root):
     /usr/bin/python3 benchmarks/profile_step.py --threads 1 --checkpoint none \
@@ -14,6 +15,7 @@ Run from the repo root (perf from Debian's linux-perf; needs perf_event_paranoid
 Prints a markdown table (category, share of samples, top symbols); --out FILE also writes it.
 """
 import argparse
+import json
 import os
 import re
 import shlex
@@ -39,7 +41,8 @@ CATEGORIES = [
     ("memset/memcpy", r"memset|memcpy|memmove"),
     ("kernel (page faults, clearing pages)", r"\[kernel|kallsyms|clear_page|page_fault"),
     ("OpenMP runtime (waits, barriers)", r"gomp|libgomp|omp_"),
-    ("allocator", r"malloc|free|operator new|operator delete|Allocator|Arena|libc\.so"),
+    ("allocator", r"_int_malloc|_int_free|\bmalloc\b|\bfree\b|operator new|operator delete|CpuArena|"
+                  r"StepLayout|munmap|madvise|\bmmap"),
 ]
 
 
@@ -81,8 +84,9 @@ def main():
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "perf.data")
-        cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "-o", data, "--"] + pin + \
-              [args.bin] + flags
+        # -k CLOCK_MONOTONIC: sample times on the clock gpt_step reports its measured span in.
+        cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "-k", "CLOCK_MONOTONIC",
+               "-o", data, "--"] + pin + [args.bin] + flags
         shown = " ".join(shlex.quote(c) for c in cmd).replace(data, "perf.data")
         print("running: MALLOC_MMAP_THRESHOLD_=65536 " + shown, file=sys.stderr)
         run = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -91,28 +95,40 @@ def main():
             sys.stderr.write(run.stderr)
             sys.exit("error: perf record failed (exit %d); is perf_event_paranoid <= 1?"
                      % run.returncode)
-        rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
-                              "--sort", "dso,symbol", "--percent-limit", "0", "-F",
-                              "overhead,dso,sym", "--field-separator", "\t"],
+        rep = subprocess.run(["perf", "script", "-i", data, "-F", "time,ip,sym,dso"],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              universal_newlines=True)
         if rep.returncode != 0:
             sys.stderr.write(rep.stderr)
-            sys.exit("error: perf report failed")
+            sys.exit("error: perf script failed")
     step = [l for l in run.stdout.splitlines() if l.startswith("{")]
-    totals, tops = {}, {}
+    if not step:
+        sys.exit("error: no JSON line from gpt_step")
+    info = json.loads(step[-1])
+    lo, hi = info["measured_from_s"], info["measured_until_s"]
+    # One line per sample: "   1234.567890:  7f4b2329b378 symbol (/path/to/dso)".
+    sample = re.compile(r"^\s*(\d+\.\d+):\s*(?:[0-9a-f]+\s+)?(.*?)\s*\(([^()]*)\)\s*$")
+    counts, tops, kept, dropped = {}, {}, 0, 0
     for line in rep.stdout.splitlines():
-        if not line or line.startswith("#"):
+        m = sample.match(line)
+        if not m:
             continue
-        parts = line.split("\t")
-        if len(parts) < 3 or not parts[0].strip().endswith("%"):
+        t = float(m.group(1))
+        if t < lo or t > hi:  # set-up, warm-up, tear-down
+            dropped += 1
             continue
-        pct = float(parts[0].strip().rstrip("%"))
-        dso, sym = parts[1].strip(), parts[2].strip()
-        sym = re.sub(r"^\[[.k]\]\s*", "", sym)
+        kept += 1
+        sym = m.group(2) or "[unknown]"
+        dso = os.path.basename(m.group(3))
         cat = categorize(dso, sym)
-        totals[cat] = totals.get(cat, 0.0) + pct
-        tops.setdefault(cat, []).append((pct, short(sym)))
+        counts[cat] = counts.get(cat, 0) + 1
+        key = short(sym)
+        tops.setdefault(cat, {})
+        tops[cat][key] = tops[cat].get(key, 0) + 1
+    if kept == 0:
+        sys.exit("error: no perf sample inside the measured steps")
+    totals = {c: 100.0 * n / kept for c, n in counts.items()}
+    tops = {c: [(100.0 * n / kept, k) for k, n in d.items()] for c, d in tops.items()}
     order = sorted(totals, key=lambda c: -totals[c])
     lines = ["| category | share of samples | largest symbols |", "|---|---|---|"]
     for c in order:
@@ -121,10 +137,9 @@ def main():
             c, totals[c], "; ".join("%s %.1f%%" % (s.replace("|", "/"), p) for p, s in top)))
     gemm = totals.get("GEMM (OpenBLAS)", 0.0)
     lines.append("")
-    lines.append("GEMM %.1f%%, everything else %.1f%% of the samples." % (gemm, 100.0 - gemm))
-    if step:
-        lines.append("")
-        lines.append("The profiled run's JSON line: `%s`" % step[-1][:400])
+    lines.append("GEMM %.1f%%, everything else %.1f%% of the %d samples inside the %d measured "
+                 "steps (%d samples of set-up and warm-up left out); median step %.3f s under "
+                 "perf." % (gemm, 100.0 - gemm, kept, args.steps, dropped, info["step_s"]))
     out = "\n".join(["Command: `MALLOC_MMAP_THRESHOLD_=65536 %s`" % shown, ""] + lines)
     print(out)
     if args.out:

@@ -51,16 +51,29 @@ class ShardedAdamW {
     ++t_;
     const float bc1 = 1.0f - std::pow(opt_.beta1, static_cast<float>(t_));
     const float bc2 = 1.0f - std::pow(opt_.beta2, static_cast<float>(t_));
-    std::vector<std::shared_ptr<Storage<B>>> gathered(static_cast<std::size_t>(nb));
-    std::vector<std::unique_ptr<Request>> reqs;
+    // Bucket b's all-gather runs while bucket b + 1 is updated; at most kInFlight gathered
+    // copies exist at once (temporaries of kInFlight buckets, not of every parameter).
+    constexpr int kInFlight = 2;
+    std::vector<std::unique_ptr<Storage<B>>> gathered(static_cast<std::size_t>(nb));
+    std::vector<std::unique_ptr<Request>> reqs(static_cast<std::size_t>(nb));
+    auto finish = [&](int b) {  // bucket b's every-rank chunks back into the parameters
+      const auto i = static_cast<std::size_t>(b);
+      reqs[i]->wait();
+      const float* all = static_cast<const float*>(gathered[i]->data());
+      for (const auto& pc : dp_.bucket_pieces(b))
+        B::copy(pc.param.template data<float>(), all + pc.offset, pc.numel * 4);
+      gathered[i].reset();
+      reqs[i].reset();
+    };
     for (int b = 0; b < nb; ++b) {
       const std::size_t c = dp_.bucket_chunk(b), lo = r * c, hi = lo + c;
       const float* g = dp_.shard_grad(b);
       REMAT_CHECK(g != nullptr, "remat::dist::ShardedAdamW::step: bucket ", b, " has no summed "
                   "gradient (expected a call after DataParallel::backward's last micro-step)");
+      if (b >= kInFlight) finish(b - kInFlight);
       float* m = static_cast<float*>(m_[static_cast<std::size_t>(b)]->data());
       float* v = static_cast<float*>(v_[static_cast<std::size_t>(b)]->data());
-      auto buf = std::make_shared<Storage<B>>(c * N * 4, Category::temporaries);
+      auto buf = std::make_unique<Storage<B>>(c * N * 4, Category::temporaries);
       float* all = static_cast<float*>(buf->data());
       for (const auto& pc : dp_.bucket_pieces(b)) {  // this rank's part of each parameter
         const std::size_t s = std::max(lo, pc.offset), e = std::min(hi, pc.offset + pc.numel);
@@ -70,16 +83,10 @@ class ShardedAdamW {
                         opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2);
         B::copy(all + s, p, (e - s) * 4);
       }
-      reqs.push_back(dp_.comm().all_gather(all + lo, all, c));
+      reqs[static_cast<std::size_t>(b)] = dp_.comm().all_gather(all + lo, all, c);
       gathered[static_cast<std::size_t>(b)] = std::move(buf);
     }
-    for (int b = 0; b < nb; ++b) {  // every rank's chunks back into the parameters
-      reqs[static_cast<std::size_t>(b)]->wait();
-      const float* all = static_cast<const float*>(gathered[static_cast<std::size_t>(b)]->data());
-      for (const auto& pc : dp_.bucket_pieces(b))
-        B::copy(pc.param.template data<float>(), all + pc.offset, pc.numel * 4);
-      gathered[static_cast<std::size_t>(b)].reset();
-    }
+    for (int b = std::max(0, nb - kInFlight); b < nb; ++b) finish(b);
   }
 
   /// Collective: every rank's moments into `full`'s (an optim::AdamW over the same parameters,
