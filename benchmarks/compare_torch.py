@@ -21,6 +21,8 @@ import shlex
 import subprocess
 import sys
 
+from gpt_shape import add_shape_args, pin, shape_flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_SCRIPT = os.path.join(REPO, "benchmarks", "torch_gpt_step.py")
 PYTHON = "/usr/bin/python3"
@@ -96,14 +98,7 @@ def main():
     ap.add_argument("--bin", default="build/benchmarks/gpt_step",
                     help="our binary, relative to the repo root")
     ap.add_argument("--threads", default="1,2", help="comma list")
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--d", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
+    add_shape_args(ap, warmup=3)
     ap.add_argument("--checkpoint", default="none",
                     help="comma list: none|block|every:N|sqrt|selective")
     ap.add_argument("--out", help="also write the markdown table here")
@@ -123,23 +118,19 @@ def main():
         use_torch = False
 
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    shape = ["--layers", args.layers, "--d", args.d, "--heads", args.heads,
-             "--seq", args.seq, "--batch", args.batch, "--vocab", args.vocab,
-             "--steps", args.steps, "--warmup", args.warmup]
-    shape = [str(s) for s in shape]
+    shape = shape_flags(args)
 
     rows, commands = [], []
     torch_version, backend = None, None
     for n in threads:
         for ck in checkpoints:
             flags = shape + ["--threads", str(n), "--checkpoint", ck]
-            pin = ["taskset", "-c", ",".join(str(i) for i in range(n))]  # n threads on n cores
-            ours, cmd = run_json(pin + [bin_path] + flags, env)
+            ours, cmd = run_json(pin(n) + [bin_path] + flags, env)
             commands.append(cmd.replace(REPO + os.sep, ""))  # relative to the repo
             backend = ours.get("backend", backend)
             theirs = None
             if use_torch and ck in TORCH_CHECKPOINTS:
-                theirs, cmd = run_json(pin + [PYTHON, TORCH_SCRIPT] + flags, env)
+                theirs, cmd = run_json(pin(n) + [PYTHON, TORCH_SCRIPT] + flags, env)
                 commands.append(cmd.replace(REPO + os.sep, ""))
                 torch_version = theirs.get("torch_version", torch_version)
 

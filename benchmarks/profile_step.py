@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from gpt_shape import add_shape_args, pin, shape_flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (category, regex on "dso symbol"), first match wins.
@@ -65,28 +67,17 @@ def main():
     ap.add_argument("--bin", default="build/benchmarks/gpt_step")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--checkpoint", default="none")
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--d", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
+    add_shape_args(ap, warmup=2)
     ap.add_argument("--out", help="also write the markdown here")
     args = ap.parse_args()
 
-    flags = ["--layers", args.layers, "--d", args.d, "--heads", args.heads, "--seq", args.seq,
-             "--batch", args.batch, "--vocab", args.vocab, "--steps", args.steps,
-             "--warmup", args.warmup, "--threads", args.threads, "--checkpoint", args.checkpoint]
-    flags = [str(f) for f in flags]
-    pin = ["taskset", "-c", ",".join(str(i) for i in range(args.threads))]
+    flags = shape_flags(args) + ["--threads", str(args.threads), "--checkpoint", args.checkpoint]
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "perf.data")
         # -k CLOCK_MONOTONIC: sample times on the clock gpt_step reports its measured span in.
         cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "-k", "CLOCK_MONOTONIC",
-               "-o", data, "--"] + pin + [args.bin] + flags
+               "-o", data, "--"] + pin(args.threads) + [args.bin] + flags
         shown = " ".join(shlex.quote(c) for c in cmd).replace(data, "perf.data")
         print("running: MALLOC_MMAP_THRESHOLD_=65536 " + shown, file=sys.stderr)
         run = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
