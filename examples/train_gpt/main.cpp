@@ -57,7 +57,7 @@ struct Flags {
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
               resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
   int snapshot_every = 0, sample = 0, grad_accum = 1, global_batch = 0;
-  bool json = false, estimate = false, profile = true, zero = false;
+  bool json = false, estimate = false, profile = true, zero = false, batch_invariant = false;
 };
 
 // --estimate: the predicted peak of a training step under every fixed strategy (and the plan
@@ -185,6 +185,19 @@ void validate(const Flags& f, const CLI::App& app) {
 // fixed-order sums, NOTE [reduction order]) every bit of the training depend on the global
 // batch and the micro-batch, not on how they are split among ranks and micro-steps. Rank 0
 // prints and writes; the ranks agree after each step whether a signal asks them to stop.
+//
+// NOTE [batch-invariant]: a matrix product's rows depend on how many rows it has (OpenBLAS picks
+// its blocking by the shape), and the gradient of a micro-batch sums over its sequences inside
+// the products; so --batch 4 and --batch 2 x 2 micro-steps give close, not equal, bits.
+// --batch-invariant runs each micro-batch as --batch micro-steps of one sequence: sequence s of
+// the step's global batch is micro-batch s of --batch 1, with its dropout stream, and the
+// per-sequence gradients are summed in the pairwise order of NOTE [reduction order]. The
+// training is then bit for bit that of --batch 1 with --batch times the micro-steps, whatever
+// the split of the global batch among ranks, micro-steps and micro-batches, as long as each
+// rank's sequences per step (micro-steps x --batch) are a power of two, or 1: a snapshot of 2
+// ranks x --batch 4 resumes on 4 ranks x --batch 2. The price: products of --seq rows (slower
+// at short sequences), and the pairwise sum holds up to log2(sequences per rank) + 1 gradient
+// copies; activations are those of one sequence.
 struct Parallel {
   dist::Comm* comm = nullptr;
   int rank = 0, ranks = 1, micro_steps = 1;
@@ -369,6 +382,15 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
   par.rank = comm.rank();
   par.ranks = comm.size();
   par.micro_steps = micro_steps(f, app, par.ranks);
+  const int batch_flag = f.batch, micro_flag = par.micro_steps;  // as given, for messages
+  if (f.batch_invariant && f.batch > 1) {  // NOTE [batch-invariant]: one sequence per micro-step
+    REMAT_CHECK(static_cast<std::int64_t>(par.micro_steps) * f.batch <= std::numeric_limits<int>::max(),
+                "train_gpt: --batch-invariant makes ", par.micro_steps, " x ", f.batch,
+                " micro-steps per rank, more than an int counts (expected a smaller --batch or "
+                "--global-batch)");
+    par.micro_steps *= f.batch;
+    f.batch = 1;
+  }
   const bool lead = par.rank == 0;  // prints and writes
   REMAT_CHECK(par.ranks == 1 || f.data != "-", "train_gpt: --data - reads standard input, which "
               "reaches rank 0 only under mpirun (expected a file with ", par.ranks, " ranks)");
@@ -577,7 +599,14 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
       std::fprintf(stderr, "train_gpt: note: '%s' was trained with a global batch of %s sequences, "
                    "this run takes %lld per step (%d rank(s) x %d micro-step(s) x --batch %d)\n",
                    f.resume.c_str(), was->second.c_str(), static_cast<long long>(global_seqs),
-                   par.ranks, par.micro_steps, f.batch);
+                   par.ranks, micro_flag, batch_flag);
+    const auto inv = st.extra.find("batch_invariant");
+    const std::string now_inv = f.batch_invariant ? "1" : "0";
+    if (lead && inv != st.extra.end() && inv->second != now_inv)
+      std::fprintf(stderr, "train_gpt: note: '%s' was trained %s --batch-invariant and this run %s "
+                   "it: the sums differ in their last bits from the uninterrupted run's "
+                   "(NOTE [batch-invariant])\n", f.resume.c_str(),
+                   inv->second == "1" ? "with" : "without", f.batch_invariant ? "has" : "lacks");
   }
   // budget:SIZE and auto: plan now, for these shapes (the profile times one block for real).
   const nn::ProfileOptions profile{f.profile, 3};
@@ -605,12 +634,13 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
                 "checkpoint %s; %s\n",
                 static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
                 static_cast<long long>(c.n_head), static_cast<long long>(c.vocab_size), f.seq,
-                f.batch, static_cast<long long>(model.num_parameters()), c.checkpoint.str().c_str(),
+                batch_flag, static_cast<long long>(model.num_parameters()), c.checkpoint.str().c_str(),
                 Cpu::describe().c_str());
   if (!f.json && lead && par.micro_batches() > 1)
     std::printf("data parallel: %d rank(s) x %d micro-step(s) x %d sequences = %lld sequences per "
-                "step; gradients summed in fixed order\n", par.ranks, par.micro_steps, f.batch,
-                static_cast<long long>(global_seqs));
+                "step; gradients summed in fixed order%s\n", par.ranks, micro_flag, batch_flag,
+                static_cast<long long>(global_seqs),
+                f.batch_invariant ? "; batch-invariant: one sequence per micro-step" : "");
 
   // ---- writing what was trained
   // The snapshot of an interrupted run goes to --snapshot-path, or (none given) beside the
@@ -651,6 +681,7 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
     st.rng_offset = tape.rng_offset();
     st.extra["checkpoint_strategy"] = c.checkpoint.str();
     st.extra["global_batch"] = std::to_string(global_seqs);
+    st.extra["batch_invariant"] = f.batch_invariant ? "1" : "0";
     std::string why;
     const std::string at = write_somewhere(path, [&](const std::string& p) {
       io::save_state(p, model, full ? full.get() : use_adamw, use_sgd, st);
@@ -888,6 +919,9 @@ int main(int argc, char** argv) {
                  "before the update (default 1)")->check(CLI::PositiveNumber);
   app.add_flag("--zero", f.zero, "ZeRO-1: shard AdamW's moments over the ranks (each keeps 1/ranks "
                "of them; the training is bitwise the same)");
+  app.add_flag("--batch-invariant", f.batch_invariant, "run each micro-batch one sequence at a "
+               "time, so that the bits do not depend on --batch either: a snapshot resumes on "
+               "another rank count with another --batch, bit for bit (slower at short --seq)");
   app.add_option("--bucket-mib", f.bucket_mib, "gradient bucket size for the sums over ranks, in "
                  "MiB (default 25, as PyTorch DDP; the first bucket is at most 1 MiB)");
   app.add_option("--global-batch", f.global_batch, "sequences per step over all ranks: sets the "

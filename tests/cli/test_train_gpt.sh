@@ -89,6 +89,27 @@ resumed=$(grep -o '"loss":[^,]*' "$DIR/resumed.jsonl")
 if [ -n "$full" ] && [ "$full" = "$resumed" ]; then ok "resume reproduces steps 4-6 bit for bit"; else
   bad "resume: uninterrupted [$full] resumed [$resumed]"; fi
 
+# --batch-invariant (NOTE [batch-invariant] in examples/train_gpt/main.cpp): one sequence per
+# micro-step, so --batch 4 trains bit for bit as --batch 1 x 4 micro-steps and as --batch 2 x 2
+# (losses and weights). The control, without dropout: plain --batch 4 differs from --batch 1 x 4
+# (the sums over sequences run inside the matrix products), so the equality is not vacuous.
+inv=(--layers 2 --d 32 --heads 2 --seq 16 --threads 1 --checkpoint block --json --steps 3)
+"$BIN" "${inv[@]}" --dropout 0.1 --batch 1 --grad-accum 4 --save "$DIR/i1x4.st" > "$DIR/i1x4.jsonl" 2>"$DIR/err" || bad "batch 1 x 4: $(cat "$DIR/err")"
+"$BIN" "${inv[@]}" --dropout 0.1 --batch 4 --batch-invariant --save "$DIR/i4.st" > "$DIR/i4.jsonl" 2>"$DIR/err" || bad "batch 4 invariant: $(cat "$DIR/err")"
+"$BIN" "${inv[@]}" --dropout 0.1 --batch 2 --grad-accum 2 --batch-invariant --save "$DIR/i2x2.st" > "$DIR/i2x2.jsonl" 2>"$DIR/err" ||
+  bad "batch 2 x 2 invariant: $(cat "$DIR/err")"
+li=$(grep -o '"loss":[^,]*' "$DIR/i1x4.jsonl" | tr '\n' ' ')
+if [ -n "$li" ] && [ "$(grep -o '"loss":[^,]*' "$DIR/i4.jsonl" | tr '\n' ' ')" = "$li" ] &&
+   [ "$(grep -o '"loss":[^,]*' "$DIR/i2x2.jsonl" | tr '\n' ' ')" = "$li" ] &&
+   cmp -s "$DIR/i4.st" "$DIR/i1x4.st" && cmp -s "$DIR/i2x2.st" "$DIR/i1x4.st"; then
+  ok "--batch-invariant: --batch 4 = --batch 2 x 2 = --batch 1 x 4, losses and weights bit for bit"; else
+  bad "--batch-invariant: 1x4 [$li] 4 [$(grep -o '"loss":[^,]*' "$DIR/i4.jsonl" | tr '\n' ' ')] 2x2 [$(grep -o '"loss":[^,]*' "$DIR/i2x2.jsonl" | tr '\n' ' ')]"; fi
+"$BIN" "${inv[@]}" --batch 1 --grad-accum 4 --save "$DIR/c1x4.st" > /dev/null 2>"$DIR/err" || bad "control 1 x 4: $(cat "$DIR/err")"
+"$BIN" "${inv[@]}" --batch 4 --save "$DIR/c4.st" > /dev/null 2>"$DIR/err" || bad "control 4: $(cat "$DIR/err")"
+if [ -s "$DIR/c4.st" ] && [ -s "$DIR/c1x4.st" ] && ! cmp -s "$DIR/c4.st" "$DIR/c1x4.st"; then
+  ok "control: plain --batch 4 differs from --batch 1 x 4 in the last bits"; else
+  bad "control: plain --batch 4 gave the weights of --batch 1 x 4 (the equality above would prove nothing)"; fi
+
 # Memory as the interface (planner issue): --estimate, budget:SIZE, and --memory-limit that
 # re-plans a step that ran out of memory, with the losses of the plan used from the start.
 mem=(--layers 6 --d 64 --heads 2 --seq 32 --batch 4 --threads 1 --dropout 0.1 --no-profile --json)

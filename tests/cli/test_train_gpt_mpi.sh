@@ -68,7 +68,7 @@ tail3=$(grep -o '"loss":[^,]*' "$DIR/np2.jsonl" | tail -n 3 | tr '\n' ' ')
 
 # The same at one micro-step per rank: 2 ranks x 4 sequences, resumed by 1 process with 2
 # micro-steps of 4 (a 4-rank resume would need micro-batches of 2: other sums inside the matrix
-# products, close but not bitwise; NOTE [data parallel] 6).
+# products, close but not bitwise, unless --batch-invariant, below; NOTE [data parallel] 6).
 run4=("${model[@]}" --batch 4 --global-batch 8)
 np 2 "${run4[@]}" --steps 4 --save "$DIR/b4.st" > "$DIR/b4.jsonl" 2>"$DIR/err" || bad "2 ranks x 4: $(cat "$DIR/err")"
 np 2 "${run4[@]}" --steps 2 --snapshot-every 2 --snapshot-path "$DIR/snap4" > /dev/null 2>"$DIR/err" ||
@@ -79,6 +79,31 @@ t4=$(grep -o '"loss":[^,]*' "$DIR/b4.jsonl" | tail -n 2 | tr '\n' ' ')
 [ -n "$t4" ] && [ "$(losses "$DIR/b4r.jsonl")" = "$t4" ] && cmp -s "$DIR/b4r.st" "$DIR/b4.st" &&
   ok "a snapshot of 2 ranks x 4 sequences resumes on 1 process with 2 micro-steps: same losses, same weights" ||
   bad "resume 2x4 -> 1x2x4: [$(losses "$DIR/b4r.jsonl")] vs [$t4]"
+
+# --batch-invariant (NOTE [batch-invariant]): a snapshot of 2 ranks x --batch 4 resumes on 4 ranks
+# x --batch 2 and on 1 process x 2 micro-steps of --batch 4, bit for bit; all equal --batch 1 x 8
+# micro-steps.
+inv=("${model[@]}" --batch-invariant --global-batch 8)
+np 2 "${inv[@]}" --batch 4 --steps 4 --save "$DIR/i2.st" > "$DIR/i2.jsonl" 2>"$DIR/err" || bad "2 ranks x 4 invariant: $(cat "$DIR/err")"
+"$BIN" "${model[@]}" --batch 1 --global-batch 8 --steps 4 --save "$DIR/i1.st" > "$DIR/i1.jsonl" 2>"$DIR/err" ||
+  bad "1 process x 8 micro-steps of 1: $(cat "$DIR/err")"
+li=$(losses "$DIR/i2.jsonl")
+[ -n "$li" ] && [ "$(losses "$DIR/i1.jsonl")" = "$li" ] && cmp -s "$DIR/i1.st" "$DIR/i2.st" &&
+  ok "--batch-invariant: 2 ranks x --batch 4 = 1 process x 8 micro-steps of 1, bit for bit" ||
+  bad "--batch-invariant 2x4 [$li] vs 1x8x1 [$(losses "$DIR/i1.jsonl")]; weights: $(cmp "$DIR/i1.st" "$DIR/i2.st" 2>&1)"
+np 2 "${inv[@]}" --batch 4 --steps 2 --snapshot-every 2 --snapshot-path "$DIR/isnap" > /dev/null 2>"$DIR/err" ||
+  bad "2 ranks x 4 invariant, first half: $(cat "$DIR/err")"
+np 4 "${inv[@]}" --batch 2 --steps 4 --resume "$DIR/isnap" --save "$DIR/ir4.st" > "$DIR/ir4.jsonl" 2>"$DIR/err" ||
+  bad "resume on 4 x 2: $(cat "$DIR/err")"
+"$BIN" "${inv[@]}" --batch 4 --steps 4 --resume "$DIR/isnap" --save "$DIR/ir1.st" > "$DIR/ir1.jsonl" 2>"$DIR/err" ||
+  bad "resume on 1 x 2 x 4: $(cat "$DIR/err")"
+ti=$(grep -o '"loss":[^,]*' "$DIR/i2.jsonl" | tail -n 2 | tr '\n' ' ')
+[ -n "$ti" ] && [ "$(losses "$DIR/ir4.jsonl")" = "$ti" ] && cmp -s "$DIR/ir4.st" "$DIR/i2.st" &&
+  ok "--batch-invariant: a snapshot of 2 ranks x --batch 4 resumes on 4 ranks x --batch 2: same losses, same weights" ||
+  bad "resume 2x4 -> 4x2 invariant: [$(losses "$DIR/ir4.jsonl")] vs [$ti]; weights: $(cmp "$DIR/ir4.st" "$DIR/i2.st" 2>&1)"
+[ -n "$ti" ] && [ "$(losses "$DIR/ir1.jsonl")" = "$ti" ] && cmp -s "$DIR/ir1.st" "$DIR/i2.st" &&
+  ok "--batch-invariant: the same snapshot resumes on 1 process x 2 micro-steps of --batch 4: same losses, same weights" ||
+  bad "resume 2x4 -> 1x2x4 invariant: [$(losses "$DIR/ir1.jsonl")] vs [$ti]"
 
 # Bad set-ups: one message (from rank 0), every rank gone in seconds.
 t0=$SECONDS
