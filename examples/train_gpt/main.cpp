@@ -186,18 +186,20 @@ void validate(const Flags& f, const CLI::App& app) {
 // batch and the micro-batch, not on how they are split among ranks and micro-steps. Rank 0
 // prints and writes; the ranks agree after each step whether a signal asks them to stop.
 //
-// NOTE [batch-invariant]: a matrix product's rows depend on how many rows it has (OpenBLAS picks
-// its blocking by the shape), and the gradient of a micro-batch sums over its sequences inside
-// the products; so --batch 4 and --batch 2 x 2 micro-steps give close, not equal, bits.
+// NOTE [batch-invariant]: the bits of a matrix product's rows depend on how many rows it has
+// (OpenBLAS picks its blocking by the shape), and the gradient of a micro-batch sums over its
+// sequences inside the products; so --batch 4 and --batch 2 x 2 micro-steps give close, not
+// equal, bits.
 // --batch-invariant runs each micro-batch as --batch micro-steps of one sequence: sequence s of
 // the step's global batch is micro-batch s of --batch 1, with its dropout stream, and the
 // per-sequence gradients are summed in the pairwise order of NOTE [reduction order]. The
 // training is then bit for bit that of --batch 1 with --batch times the micro-steps, whatever
 // the split of the global batch among ranks, micro-steps and micro-batches, as long as each
-// rank's sequences per step (micro-steps x --batch) are a power of two, or 1: a snapshot of 2
+// rank's sequences per step (micro-steps x --batch) are a power of two (one process: any count),
+// and every rank runs the same --threads (some reductions split by thread): a snapshot of 2
 // ranks x --batch 4 resumes on 4 ranks x --batch 2. The price: products of --seq rows (slower
 // at short sequences), and the pairwise sum holds up to log2(sequences per rank) + 1 gradient
-// copies; activations are those of one sequence.
+// copies (plus the buckets' during the sum); activations are those of one sequence.
 struct Parallel {
   dist::Comm* comm = nullptr;
   int rank = 0, ranks = 1, micro_steps = 1;
@@ -386,8 +388,8 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
   if (f.batch_invariant && f.batch > 1) {  // NOTE [batch-invariant]: one sequence per micro-step
     REMAT_CHECK(static_cast<std::int64_t>(par.micro_steps) * f.batch <= std::numeric_limits<int>::max(),
                 "train_gpt: --batch-invariant makes ", par.micro_steps, " x ", f.batch,
-                " micro-steps per rank, more than an int counts (expected a smaller --batch or "
-                "--global-batch)");
+                " micro-steps per rank, more than ", std::numeric_limits<int>::max(),
+                " (expected a smaller --batch or --global-batch)");
     par.micro_steps *= f.batch;
     f.batch = 1;
   }
@@ -534,10 +536,10 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
   const std::int64_t global_seqs = par.micro_batches() * f.batch;  // sequences per step
   REMAT_CHECK(static_cast<std::int64_t>(tokens.size()) >= global_seqs * f.seq + 1,
               "train_gpt: the data has ", tokens.size(), " tokens, too few for one batch of ",
-              flag_value(app, "--batch", f.batch), " x ", flag_value(app, "--seq", f.seq),
+              flag_value(app, "--batch", batch_flag), " x ", flag_value(app, "--seq", f.seq),
               par.micro_batches() == 1 ? std::string()
                                        : " x " + std::to_string(par.ranks) + " rank(s) x " +
-                                             std::to_string(par.micro_steps) + " micro-step(s)",
+                                             std::to_string(micro_flag) + " micro-step(s)",
               " (expected at least ", global_seqs * f.seq + 1,
               " tokens; pass a smaller --batch or --seq)");
 
@@ -600,13 +602,12 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
                    "this run takes %lld per step (%d rank(s) x %d micro-step(s) x --batch %d)\n",
                    f.resume.c_str(), was->second.c_str(), static_cast<long long>(global_seqs),
                    par.ranks, micro_flag, batch_flag);
-    const auto inv = st.extra.find("batch_invariant");
-    const std::string now_inv = f.batch_invariant ? "1" : "0";
-    if (lead && inv != st.extra.end() && inv->second != now_inv)
-      std::fprintf(stderr, "train_gpt: note: '%s' was trained %s --batch-invariant and this run %s "
-                   "it: the sums differ in their last bits from the uninterrupted run's "
-                   "(NOTE [batch-invariant])\n", f.resume.c_str(),
-                   inv->second == "1" ? "with" : "without", f.batch_invariant ? "has" : "lacks");
+    const auto mb = st.extra.find("forward_batch");
+    if (lead && mb != st.extra.end() && mb->second != std::to_string(f.batch))
+      std::fprintf(stderr, "train_gpt: note: '%s' was trained with %s sequence(s) per forward pass, "
+                   "this run takes %d: its sums differ in the last bits from the uninterrupted "
+                   "run's (--batch-invariant takes one whatever --batch; NOTE [batch-invariant])\n",
+                   f.resume.c_str(), mb->second.c_str(), f.batch);
   }
   // budget:SIZE and auto: plan now, for these shapes (the profile times one block for real).
   const nn::ProfileOptions profile{f.profile, 3};
@@ -681,7 +682,7 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
     st.rng_offset = tape.rng_offset();
     st.extra["checkpoint_strategy"] = c.checkpoint.str();
     st.extra["global_batch"] = std::to_string(global_seqs);
-    st.extra["batch_invariant"] = f.batch_invariant ? "1" : "0";
+    st.extra["forward_batch"] = std::to_string(f.batch);  // 1 with --batch-invariant
     std::string why;
     const std::string at = write_somewhere(path, [&](const std::string& p) {
       io::save_state(p, model, full ? full.get() : use_adamw, use_sgd, st);
@@ -738,8 +739,20 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
     return static_cast<float>(comm.sum_in_rank_order(losses) /
                               static_cast<double>(par.micro_batches()));
   };
+  // NOTE [interrupt], several ranks: a signal on any of them ends the run after the same step.
+  // They stop on the signal they agreed on in an all-gather after each step, never on their own
+  // view of it: a signal that lands on one rank between that gather and the loop's test must not
+  // let it leave while the others start the next step and wait for it in a collective.
+  int agreed = 0;
+  auto agree_to_stop = [&]() {
+    if (par.ranks == 1) return;
+    for (std::uint64_t v : comm.all_gather_u64({static_cast<std::uint64_t>(g_signal)}))
+      if (v != 0 && agreed == 0) agreed = static_cast<int>(v);
+    if (agreed != 0 && g_signal == 0) g_signal = agreed;
+  };
+  auto stopping = [&]() { return par.ranks == 1 ? g_signal : agreed; };
   double total = 0;
-  for (int step = start; step < f.steps && g_signal == 0; ++step) {
+  for (int step = start; step < f.steps && stopping() == 0; ++step) {
     reset_peak_memory<Cpu>();
     const auto t0 = std::chrono::steady_clock::now();
     batches.next(x, y);
@@ -777,15 +790,13 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
         l = parallel_step(step);
       } catch (const OutOfMemory& e) {  // every rank would have to re-plan alike: not done
         REMAT_CHECK(false, "train_gpt: step ", step + 1, " ran out of memory with ", par.ranks,
-                    " rank(s) x ", par.micro_steps, " micro-step(s): ", e.what(), " (re-planning "
-                    "runs in one process with one micro-step only; pass a smaller --batch, with "
-                    "more micro-steps, or a --checkpoint plan that fits)");
+                    " rank(s) x ", micro_flag, " micro-step(s) of ", batch_flag, " sequence(s)",
+                    f.batch_invariant ? " (--batch-invariant: one at a time)" : "", ": ",
+                    e.what(), " (re-planning runs in one process with one micro-step only; pass "
+                    "a smaller --batch, with more micro-steps, or a --checkpoint plan that fits)");
       }
     }
-    // The ranks stop together: a signal on any of them ends the run after this step.
-    if (par.ranks > 1)
-      for (std::uint64_t v : comm.all_gather_u64({static_cast<std::uint64_t>(g_signal)}))
-        if (v != 0 && g_signal == 0) g_signal = static_cast<int>(v);
+    agree_to_stop();
     done = step + 1;
     // NOTE [diverged run]: stop here; nothing of this step is written.
     if (!std::isfinite(l)) {
@@ -834,9 +845,11 @@ int run(Flags f, const CLI::App& app, dist::Comm& comm) {
   if (tty) std::printf("\n");
   std::fflush(stdout);
 
-  // NOTE [interrupt]: the step in flight has finished; write everything, say where, exit.
-  if (g_signal != 0) {
-    const int sig = g_signal;
+  // NOTE [interrupt]: the step in flight has finished; write everything, say where, exit. (A
+  // signal after the last step's agreement: one more, so that every rank takes the same path.)
+  if (done > start) agree_to_stop();
+  if (stopping() != 0) {
+    const int sig = stopping();
     const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
     if (done == start) {
       std::fprintf(stderr, "train_gpt: interrupted by %s before the first step: nothing to save; "
@@ -920,8 +933,10 @@ int main(int argc, char** argv) {
   app.add_flag("--zero", f.zero, "ZeRO-1: shard AdamW's moments over the ranks (each keeps 1/ranks "
                "of them; the training is bitwise the same)");
   app.add_flag("--batch-invariant", f.batch_invariant, "run each micro-batch one sequence at a "
-               "time, so that the bits do not depend on --batch either: a snapshot resumes on "
-               "another rank count with another --batch, bit for bit (slower at short --seq)");
+               "time, so that the bits do not depend on --batch either: with the same global "
+               "batch and --threads, a snapshot resumes on another rank count with another "
+               "--batch bit for bit, when each rank's sequences per step are a power of two "
+               "(slower at short --seq)");
   app.add_option("--bucket-mib", f.bucket_mib, "gradient bucket size for the sums over ranks, in "
                  "MiB (default 25, as PyTorch DDP; the first bucket is at most 1 MiB)");
   app.add_option("--global-batch", f.global_batch, "sequences per step over all ranks: sets the "

@@ -105,6 +105,36 @@ ti=$(grep -o '"loss":[^,]*' "$DIR/i2.jsonl" | tail -n 2 | tr '\n' ' ')
   ok "--batch-invariant: the same snapshot resumes on 1 process x 2 micro-steps of --batch 4: same losses, same weights" ||
   bad "resume 2x4 -> 1x2x4 invariant: [$(losses "$DIR/ir1.jsonl")] vs [$ti]"
 
+# A SIGTERM to one rank (as a scheduler sends) stops every rank after the same step: rank 0
+# writes the snapshot of that step and says so once, every rank exits 143 within seconds, and
+# the snapshot resumes at the next step. The ranks are found as mpirun's children (Open MPI).
+timeout -k 5 120 "$MPIEXEC" -n 2 "${FLAGS[@]}" "$BIN" "${run[@]}" --steps 100000 --snapshot-path "$DIR/sig.state" \
+  > "$DIR/sig.jsonl" 2>"$DIR/sig.err" &
+tpid=$!
+for _ in $(seq 600); do grep -q '"step"' "$DIR/sig.jsonl" 2>/dev/null && break; sleep 0.05; done
+grep -q '"step"' "$DIR/sig.jsonl" || bad "no step within 30 s of starting 2 ranks: $(cat "$DIR/sig.err")"
+# children PID: "pid name" of each child process, from /proc (no procps on a minimal machine)
+children() {
+  local f pid name state ppid rest
+  for f in /proc/[0-9]*/stat; do
+    { read -r pid name state ppid rest < "$f"; } 2>/dev/null || continue
+    [ "$ppid" = "$1" ] && echo "$pid ${name//[()]/}"
+  done
+}
+mpid=$(children "$tpid" | awk 'NR == 1 {print $1}')
+victim=$(children "${mpid:-0}" | awk -v n="$(basename "$BIN")" '$2 == n {print $1}' | sort -n | tail -n 1)
+t0=$SECONDS
+[ -n "$victim" ] && kill -TERM "$victim"
+wait "$tpid"
+rc=$?
+steps=$(grep -c '"step"' "$DIR/sig.jsonl")
+said=$(grep -c "interrupted by SIGTERM after step $steps of" "$DIR/sig.err")
+"$BIN" "${run[@]}" --steps $((steps + 1)) --resume "$DIR/sig.state" > "$DIR/sig2.jsonl" 2>"$DIR/err"
+[ -n "$victim" ] && [ "$rc" -eq 143 ] && [ "$said" = 1 ] && [ $((SECONDS - t0)) -le 20 ] &&
+  [ "$(grep -o '"step":[0-9]*' "$DIR/sig2.jsonl")" = "\"step\":$((steps + 1))" ] &&
+  ok "SIGTERM to one of 2 ranks: both stop after step $steps, one message, exit $rc, the snapshot resumes at step $((steps + 1))" ||
+  bad "SIGTERM to rank pid '$victim': exit $rc after $((SECONDS - t0)) s, $steps steps, $said messages: $(cat "$DIR/sig.err"); resumed: $(cat "$DIR/sig2.jsonl" "$DIR/err")"
+
 # Bad set-ups: one message (from rank 0), every rank gone in seconds.
 t0=$SECONDS
 np 2 "${model[@]}" --global-batch 6 --batch 4 --steps 2 > "$DIR/out" 2>"$DIR/err"
