@@ -3,6 +3,8 @@
 fails=0 passes=0
 ok() { echo "ok: $1"; passes=$((passes + 1)); }
 bad() { echo "FAILED: $1"; fails=$((fails + 1)); }
+# losses FILE: the "loss" fields of a --json run's lines, on one line
+losses() { grep -o '"loss":[^,]*' "$1" | tr '\n' ' '; }
 
 # expect_early_error NAME REGEX ARGS...: exit 1, REGEX on stderr, and no step trained (stdout has
 # no step: the arguments pass --json where it matters, and a failed check comes before step 1)

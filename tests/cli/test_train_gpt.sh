@@ -98,12 +98,11 @@ inv=(--layers 2 --d 32 --heads 2 --seq 16 --threads 1 --checkpoint block --json 
 "$BIN" "${inv[@]}" --dropout 0.1 --batch 4 --batch-invariant --save "$DIR/i4.st" > "$DIR/i4.jsonl" 2>"$DIR/err" || bad "batch 4 invariant: $(cat "$DIR/err")"
 "$BIN" "${inv[@]}" --dropout 0.1 --batch 2 --grad-accum 2 --batch-invariant --save "$DIR/i2x2.st" > "$DIR/i2x2.jsonl" 2>"$DIR/err" ||
   bad "batch 2 x 2 invariant: $(cat "$DIR/err")"
-li=$(grep -o '"loss":[^,]*' "$DIR/i1x4.jsonl" | tr '\n' ' ')
-if [ -n "$li" ] && [ "$(grep -o '"loss":[^,]*' "$DIR/i4.jsonl" | tr '\n' ' ')" = "$li" ] &&
-   [ "$(grep -o '"loss":[^,]*' "$DIR/i2x2.jsonl" | tr '\n' ' ')" = "$li" ] &&
+li=$(losses "$DIR/i1x4.jsonl")
+if [ -n "$li" ] && [ "$(losses "$DIR/i4.jsonl")" = "$li" ] && [ "$(losses "$DIR/i2x2.jsonl")" = "$li" ] &&
    cmp -s "$DIR/i4.st" "$DIR/i1x4.st" && cmp -s "$DIR/i2x2.st" "$DIR/i1x4.st"; then
   ok "--batch-invariant: --batch 4 = --batch 2 x 2 = --batch 1 x 4, losses and weights bit for bit"; else
-  bad "--batch-invariant: 1x4 [$li] 4 [$(grep -o '"loss":[^,]*' "$DIR/i4.jsonl" | tr '\n' ' ')] 2x2 [$(grep -o '"loss":[^,]*' "$DIR/i2x2.jsonl" | tr '\n' ' ')]"; fi
+  bad "--batch-invariant: 1x4 [$li] 4 [$(losses "$DIR/i4.jsonl")] 2x2 [$(losses "$DIR/i2x2.jsonl")]"; fi
 "$BIN" "${inv[@]}" --batch 1 --grad-accum 4 --save "$DIR/c1x4.st" > /dev/null 2>"$DIR/err" || bad "control 1 x 4: $(cat "$DIR/err")"
 "$BIN" "${inv[@]}" --batch 4 --save "$DIR/c4.st" > /dev/null 2>"$DIR/err" || bad "control 4: $(cat "$DIR/err")"
 if [ -s "$DIR/c4.st" ] && [ -s "$DIR/c1x4.st" ] && ! cmp -s "$DIR/c4.st" "$DIR/c1x4.st"; then

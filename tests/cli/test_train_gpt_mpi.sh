@@ -12,7 +12,6 @@ DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 np() { local n=$1; shift; timeout -k 5 120 "$MPIEXEC" -n "$n" "${FLAGS[@]}" "$BIN" "$@"; }
-losses() { grep -o '"loss":[^,]*' "$1" | tr '\n' ' '; }
 
 model=(--layers 2 --d 32 --heads 2 --seq 16 --threads 1 --dropout 0.1 --checkpoint block --json)
 run=("${model[@]}" --batch 2 --global-batch 8)
