@@ -360,8 +360,8 @@ class DataParallel final : public GradObserver<B> {
                   " values); every rank must build the same model (same config)");
     std::vector<std::uint64_t> mine;
     for (auto& p : params_)
-      mine.push_back(detail::hash_mix(detail::hash_bytes(p.name),
-                                      detail::hash_bytes(p.t.shape().str())));
+      mine.push_back(remat::detail::hash_mix(remat::detail::hash_bytes(p.name),
+                                             remat::detail::hash_bytes(p.t.shape().str())));
     const auto all = comm_.all_gather_u64(mine);
     const std::size_t n = params_.size();
     for (int r = 1; r < comm_.size(); ++r)
@@ -402,9 +402,9 @@ class DataParallel final : public GradObserver<B> {
     buckets_.push_back(std::move(cur));
     const std::size_t per = kBlock * static_cast<std::size_t>(comm_.size());
     for (auto& bk : buckets_) bk.chunk = (bk.numel + per - 1) / per * kBlock;
-    std::uint64_t h = detail::kHashSeed;
-    for (std::size_t i : order_) h = detail::hash_mix(h, i);
-    for (const auto& bk : buckets_) h = detail::hash_mix(h, bk.numel);
+    std::uint64_t h = remat::detail::kHashSeed;
+    for (std::size_t i : order_) h = remat::detail::hash_mix(h, i);
+    for (const auto& bk : buckets_) h = remat::detail::hash_mix(h, bk.numel);
     const auto all = comm_.all_gather_u64({h});
     for (int r = 1; r < comm_.size(); ++r)
       REMAT_CHECK(all[static_cast<std::size_t>(r)] == all[0], "remat::dist::DataParallel: rank ",
