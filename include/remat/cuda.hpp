@@ -7,6 +7,19 @@
 // memory linear in T). tests/cuda compares them with the CPU on a device (all passed on an H200,
 // benchmarks/results/2026-11-30-gpu-h200) and, compiled as host C++ with REMAT_CUDA_EMULATION
 // (no CUDA toolkit; backend/cuda/emulation/), on the CPU in every ctest run.
+//
+// NOTE [host round trips]: a copy to the host waits for every kernel queued before it, so a
+// training step reads back only what the host needs:
+// - ids and targets made by Tape::tokens carry their range (core/tensor.hpp: int_range), so
+//   the embedding's and cross-entropy's range checks read nothing (any other i32 tensor is
+//   read with minmax_i32);
+// - the loss stays on the device: cross_entropy_forward averages the rows there (mean_kernel),
+//   cross_entropy_backward reads the loss's gradient there; the host reads it at loss.item();
+// - the gradient norm of clipping takes every parameter's partial sums in one copy
+//   (sum_squares_many), not one per parameter; the factor is applied on the host's side.
+// A step with clipping copies to the host twice (the norm, the loss) and also waits for its
+// three uploads (ids, targets, positions: copy_from_host waits, the host buffer may go away).
+// The emulation counts them (tests/cuda, "host round trips").
 
 #include <string>
 

@@ -344,6 +344,61 @@ void test_every_kernel_ran() {
   check(declared.size() >= 20, "the kernel headers declare the kernels", double(declared.size()));
   check(never.empty(), "every kernel is reached by a test");
 }
+
+// NOTE [host round trips] (cuda.hpp): a training step with clipping copies from the device to
+// the host twice, the gradient norm (every parameter's partial sums at once) and loss.item(),
+// however many parameters the model has; it waits on the device for those and for the batch's
+// three uploads (ids, targets, positions), nothing else. (Before: a copy of the ids and of the
+// targets for their range checks, of the rows' losses, of the loss's gradient in backward, and
+// one per parameter for the norm.) The emulation counts both.
+void test_host_round_trips() {
+  for (const int layers : {1, 3}) {
+    Tape<Cuda> tape(5);
+    nn::GPTConfig c;
+    c.vocab_size = 64;
+    c.block_size = 32;
+    c.n_layer = layers;
+    c.n_embd = 64;
+    c.n_head = 4;
+    c.checkpoint = nn::CheckpointStrategy::parse("block");
+    nn::GPT<Cuda> model(tape, c);
+    optim::AdamW<Cuda> opt(model.parameters(), optim::AdamWOptions{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f});
+    std::vector<std::int32_t> x(2 * 32), y(2 * 32);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<std::int32_t>((i * 13 + 5) % 64);
+      y[i] = static_cast<std::int32_t>((i * 29 + 1) % 64);
+    }
+    auto step = [&] {
+      const auto loss = gpt_train_step(model, opt, tape.tokens({2, 32}, x), tape.tokens({2, 32}, y), 1.0f);
+      return loss.item();
+    };
+    step();  // the allocator's first segments
+    auto& dev = cuda::emu::device();
+    const std::int64_t w0 = dev.host_waits(), c0 = dev.copies_to_host();
+    const float l = step();
+    const std::int64_t waits = dev.host_waits() - w0, copies = dev.copies_to_host() - c0;
+    std::printf("  one training step (%d layers, %zu parameters, clipping, loss %.4f): %lld copies "
+                "to the host, %lld waits on the device\n", layers, model.parameters().size(), l,
+                static_cast<long long>(copies), static_cast<long long>(waits));
+    check(copies == 2, "a step copies to the host twice: the gradient norm and the loss", double(copies));
+    check(waits == 5, "a step waits on the device 5 times: 3 uploads, the norm, the loss", double(waits));
+    // A tensor whose range is not known (not made by Tape::tokens) is still checked, by a read.
+    auto ids = tape.tokens({2, 32}, x);
+    auto bad = detail::alias(ids, Shape{64});
+    bad.impl()->known_lo = 1;
+    bad.impl()->known_hi = 0;
+    std::vector<std::int32_t> wrong(x);
+    wrong[17] = 64;
+    Cuda::copy_from_host(bad.template data<std::int32_t>(), wrong.data(), wrong.size() * 4);
+    bool threw = false;
+    try {
+      (void)embedding(model.wte.weight, bad);
+    } catch (const Error& e) {
+      threw = std::string(e.what()).find("id 64 is out of range") != std::string::npos;
+    }
+    check(threw, "an id past the table, in a tensor of unknown range, is an error");
+  }
+}
 #endif
 
 // One section: its failures (and an exception, which ends only this section) are counted,
@@ -376,6 +431,7 @@ int main() {
   section("optimizers", test_optim_against_cpu);
   section("gpt", test_gpt);
 #if defined(REMAT_CUDA_EMULATION)
+  section("host round trips", test_host_round_trips);
   section("coverage", test_every_kernel_ran);
 #endif
   section("synchronize", [] { Cuda::synchronize(); });

@@ -133,6 +133,7 @@ TEST_CASE("the CPU kernels take no heap memory behind the ledger", "[heap]") {
   std::vector<float> mean(static_cast<std::size_t>(rows)), rstd(static_cast<std::size_t>(rows));
   auto logits = values(static_cast<std::size_t>(rows * V)), dlogits = values(static_cast<std::size_t>(rows * V));
   std::vector<float> lse(static_cast<std::size_t>(rows));
+  float loss = 0.0f, dloss = 0.5f;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7) % 64);
   AttentionLayout L;
@@ -153,8 +154,8 @@ TEST_CASE("the CPU kernels take no heap memory behind the ledger", "[heap]") {
       {"softmax_backward", [&] { Cpu::softmax_backward(dx.data(), y.data(), dy.data(), rows, C); }},
       {"attention_forward", [&] { Cpu::attention_forward(L, o.data(), p.data(), q.data(), k.data(), v.data(), 0.17f, true); }},
       {"attention_backward", [&] { Cpu::attention_backward(L, dq.data(), dk.data(), dv.data(), dO.data(), o.data(), q.data(), k.data(), v.data(), p.data(), 0.17f, true); }},
-      {"cross_entropy_forward", [&] { (void)Cpu::cross_entropy_forward(lse.data(), logits.data(), ids.data(), rows, V); }},
-      {"cross_entropy_backward", [&] { Cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), ids.data(), rows, V, 0.5f); }},
+      {"cross_entropy_forward", [&] { Cpu::cross_entropy_forward(&loss, lse.data(), logits.data(), ids.data(), rows, V); }},
+      {"cross_entropy_backward", [&] { Cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), ids.data(), rows, V, &dloss); }},
       {"embedding_forward", [&] { Cpu::embedding_forward(y.data(), x.data(), ids.data(), rows, C); }},
       {"embedding_backward", [&] { Cpu::embedding_backward(dx.data(), dy.data(), ids.data(), rows, C); }},
       {"gelu_forward", [&] { Cpu::gelu_forward(y.data(), x.data(), n); }},

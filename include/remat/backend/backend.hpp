@@ -55,6 +55,7 @@ struct has_nn_kernels<
                                                   std::declval<const float*>(), 0, 0, 0.0f)),
                    decltype(B::attention_aux_numel(0, 0, 0)),
                    decltype(B::cross_entropy_forward(std::declval<float*>(),
+                                                     std::declval<float*>(),
                                                      std::declval<const float*>(),
                                                      std::declval<const std::int32_t*>(), 0, 0))>>
     : std::true_type {};

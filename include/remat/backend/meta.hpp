@@ -182,13 +182,12 @@ struct Meta {
                                  const float*, float, bool) {
     const Scratch s(Target::attention_backward_scratch(L));
   }
-  static float cross_entropy_forward(float*, const float*, const std::int32_t*, std::int64_t N,
-                                     std::int64_t) {
+  static void cross_entropy_forward(float*, float*, const float*, const std::int32_t*,
+                                    std::int64_t N, std::int64_t) {
     const Scratch s(Target::cross_entropy_forward_scratch(N));
-    return 0.0f;
   }
   static void cross_entropy_backward(float*, const float*, const float*, const std::int32_t*,
-                                     std::int64_t, std::int64_t, float) {}
+                                     std::int64_t, std::int64_t, const float*) {}
   static void embedding_forward(float*, const float*, const std::int32_t*, std::int64_t,
                                 std::int64_t) {}
   static void embedding_backward(float*, const float*, const std::int32_t*, std::int64_t,
@@ -209,6 +208,13 @@ struct Meta {
       (void)n;
     }
     return 0.0;
+  }
+  static void sum_squares_many(double* out, const float* const*, const std::int64_t*,
+                               std::size_t count) {
+    if constexpr (detail::has_sum_squares_scratch<Target>::value) {
+      const Scratch s(Target::sum_squares_many_scratch(count));
+    }
+    for (std::size_t k = 0; k < count; ++k) out[k] = 0.0;
   }
   static void scale(float*, std::int64_t, float) {}
 

@@ -104,10 +104,18 @@ class Tape {
     return from_host(shape, data.data(), data.size(), DType::f32, Category::temporaries,
                      "Tape::input");
   }
-  /// Integer data: token ids or class targets.
+  /// Integer data: token ids or class targets. Their range is recorded for the ops' range
+  /// checks (a device then reads nothing back): the elements are constants, so write new ids
+  /// as a new tensor, never through data().
   Tensor<B> tokens(const Shape& shape, const std::vector<std::int32_t>& data) {
-    return from_host(shape, data.data(), data.size(), DType::i32, Category::temporaries,
-                     "Tape::tokens");
+    auto t = from_host(shape, data.data(), data.size(), DType::i32, Category::temporaries,
+                       "Tape::tokens");
+    if (!data.empty()) {
+      const auto [lo, hi] = std::minmax_element(data.begin(), data.end());
+      t.impl()->known_lo = *lo;
+      t.impl()->known_hi = *hi;
+    }
+    return t;
   }
   /// A trainable tensor: requires grad, counted under `parameters`.
   Tensor<B> parameter(const Shape& shape, const std::vector<float>& data) {

@@ -45,6 +45,10 @@ struct TensorImpl {
   // gradient path leads back through the segment's unrecorded interior (NOTE [escaped tensors]).
   std::uint64_t first_run_serial = 0;
   std::shared_ptr<const std::string> first_run_label;
+  // An i32 tensor made from host data (Tape::tokens): its smallest and largest element, so that
+  // range checks (embedding ids, cross-entropy targets) read nothing back from a device (NOTE
+  // [host round trips], cuda.hpp). known_lo > known_hi: not known (B::minmax_i32 reads them).
+  std::int32_t known_lo = 1, known_hi = 0;
 };
 
 template <class B>
@@ -149,7 +153,20 @@ Tensor<B> alias(const Tensor<B>& t, const Shape& shape) {
   impl->shape = shape;
   impl->dtype = t.dtype();
   impl->tape = &t.tape();
+  impl->known_lo = t.impl()->known_lo;  // the same elements
+  impl->known_hi = t.impl()->known_hi;
   return Tensor<B>(std::move(impl));
+}
+
+/// The smallest and largest element of a non-empty i32 tensor: as recorded when it was made
+/// from host data (Tape::tokens), else read by the backend (from a device: a copy to the host).
+template <class B>
+std::pair<std::int32_t, std::int32_t> int_range(const Tensor<B>& t) {
+  const TensorImpl<B>& i = *t.impl();
+  if (i.known_lo <= i.known_hi) return {i.known_lo, i.known_hi};
+  std::int32_t lo = 0, hi = 0;
+  B::minmax_i32(t.template data<std::int32_t>(), t.numel(), lo, hi);
+  return {lo, hi};
 }
 
 }  // namespace detail

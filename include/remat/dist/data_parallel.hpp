@@ -430,10 +430,14 @@ class DataParallel final : public GradObserver<B> {
   }
 
   /// Partial sums of squares of the summed gradients, per kBlock floats of each bucket's layout,
-  /// in bucket and block order; each block the sum over the parameter pieces in it of
-  /// B::sum_squares. Whole gradients: every block; ZeRO-1: this rank's chunk's blocks.
+  /// in bucket and block order; each block the sum over the parameter pieces in it of their
+  /// sums of squares (all pieces' in one B::sum_squares_many). Whole gradients: every block;
+  /// ZeRO-1: this rank's chunk's blocks.
   std::vector<double> block_partials() const {
-    std::vector<double> out;
+    std::vector<const float*> xs;   // the pieces, block after block
+    std::vector<std::int64_t> ns;
+    std::vector<std::size_t> ends;  // one past each block's last piece
+
     const std::size_t r = static_cast<std::size_t>(comm_.rank());
     for (const auto& bk : buckets_) {
       const bool shard = opt_.shard_optimizer;
@@ -442,7 +446,6 @@ class DataParallel final : public GradObserver<B> {
       const std::size_t lo = shard ? r * bk.chunk : 0;
       const std::size_t hi = shard ? lo + bk.chunk : bk.chunk * static_cast<std::size_t>(comm_.size());
       for (std::size_t b0 = lo; b0 < hi; b0 += kBlock) {
-        double part = 0.0;
         for (std::size_t i : bk.params) {
           const Param& p = params_[i];
           const std::size_t s = std::max(b0, p.offset);
@@ -452,10 +455,21 @@ class DataParallel final : public GradObserver<B> {
                       p.name, "' has no gradient (expected a call after backward())");
           const float* g = shard ? static_cast<const float*>(bk.shard->data()) + (s - lo)
                                  : static_cast<const float*>(p.t.impl()->grad->data()) + (s - p.offset);
-          part += B::sum_squares(g, static_cast<std::int64_t>(e - s));
+          xs.push_back(g);
+          ns.push_back(static_cast<std::int64_t>(e - s));
         }
-        out.push_back(part);
+        ends.push_back(xs.size());
       }
+    }
+    std::vector<double> sums(xs.size());
+    if (!xs.empty()) B::sum_squares_many(sums.data(), xs.data(), ns.data(), xs.size());
+    std::vector<double> out;
+    out.reserve(ends.size());
+    std::size_t k = 0;
+    for (std::size_t end : ends) {
+      double part = 0.0;
+      for (; k < end; ++k) part += sums[k];
+      out.push_back(part);
     }
     return out;
   }

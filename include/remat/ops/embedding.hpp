@@ -26,8 +26,7 @@ struct EmbeddingOp {
                 dtype_name(ids.dtype()), " (hint: make them with tape.tokens)");
     detail::check_nonempty(name, "ids", ids);
     const std::int64_t n = ids.numel(), C = w.size(1);
-    std::int32_t lo = 0, hi = 0;
-    B::minmax_i32(ids.template data<std::int32_t>(), n, lo, hi);
+    const auto [lo, hi] = detail::int_range(ids);
     REMAT_CHECK(lo >= 0 && hi < w.size(0), "remat::embedding: id ", (lo < 0 ? lo : hi),
                 " is out of range for a table of ", w.size(0), " rows (expected 0 <= id < ",
                 w.size(0), "; is the vocabulary too small for the data?)");

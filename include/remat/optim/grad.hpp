@@ -3,6 +3,7 @@
 // Gradient utilities for a list of parameters: zero_grad and global-norm clipping.
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "remat/core/tensor.hpp"
@@ -23,12 +24,21 @@ void zero_grad(const std::vector<Tensor<B>>& params, bool set_to_none = true) {
   }
 }
 
-/// The L2 norm of all gradients together (parameters without a gradient count as zero).
+/// The L2 norm of all gradients together (parameters without a gradient count as zero). The
+/// sums of squares come back in one call (a device: one copy to the host for all of them).
 template <class B>
 float grad_norm(const std::vector<Tensor<B>>& params) {
-  double total = 0.0;
+  std::vector<const float*> xs;
+  std::vector<std::int64_t> ns;
   for (const auto& p : params)
-    if (auto g = p.grad(); g.defined()) total += B::sum_squares(g.template data<float>(), g.numel());
+    if (auto g = p.grad(); g.defined()) {
+      xs.push_back(g.template data<float>());
+      ns.push_back(g.numel());
+    }
+  std::vector<double> sums(xs.size());
+  if (!xs.empty()) B::sum_squares_many(sums.data(), xs.data(), ns.data(), xs.size());
+  double total = 0.0;
+  for (double s : sums) total += s;  // in parameter order, as one sum_squares after another
   return static_cast<float>(std::sqrt(total));
 }
 

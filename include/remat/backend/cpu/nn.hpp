@@ -265,9 +265,10 @@ struct CpuNn {
     return static_cast<std::size_t>(N) * sizeof(double);
   }
 
-  // loss = mean_i (lse_i - logits[i, t_i]) over N rows of V classes; saves lse (N)
-  static float cross_entropy_forward(float* lse, const float* logits, const std::int32_t* targets,
-                                     std::int64_t N, std::int64_t V) {
+  // loss[0] = mean_i (lse_i - logits[i, t_i]) over N rows of V classes; saves lse (N). The loss
+  // goes into backend memory (a device keeps it there until someone reads it).
+  static void cross_entropy_forward(float* loss, float* lse, const float* logits,
+                                    const std::int32_t* targets, std::int64_t N, std::int64_t V) {
     const Scratch<double> part(cross_entropy_forward_scratch(N) / sizeof(double));
     parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
@@ -279,12 +280,13 @@ struct CpuNn {
     });
     double total = 0.0;
     for (std::size_t i = 0; i < part.size(); ++i) total += part.data()[i];  // serial: deterministic
-    return static_cast<float>(total / static_cast<double>(N));
+    loss[0] = static_cast<float>(total / static_cast<double>(N));
   }
-  // dlogits[i, j] += scale (exp(logits[i, j] - lse_i) - [j == t_i]),  scale = dloss / N
+  // dlogits[i, j] += scale (exp(logits[i, j] - lse_i) - [j == t_i]),  scale = dloss[0] / N
   static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                                      const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                     float scale) {
+                                     const float* dloss) {
+    const float scale = dloss[0] / static_cast<float>(N);
     parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
         Arr(dlogits + r * V, V) += scale * (CArr(logits + r * V, V) - lse[r]).exp();

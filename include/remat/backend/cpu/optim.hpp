@@ -51,6 +51,12 @@ struct CpuOptim {
     for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
     return s;
   }
+  /// out[k] = sum_squares(xs[k], ns[k]) for k < count: one call for many buffers, so that a
+  /// device returns all the sums in one copy (the gradient norm: NOTE [host round trips]).
+  static void sum_squares_many(double* out, const float* const* xs, const std::int64_t* ns,
+                               std::size_t count) {
+    for (std::size_t k = 0; k < count; ++k) out[k] = sum_squares(xs[k], ns[k]);
+  }
   static void scale(float* x, std::int64_t n, float s) {
     parallel_for(n, 16384, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) x[i] *= s;

@@ -128,10 +128,28 @@ __global__ void cross_entropy_forward_kernel(float* lse, float* loss, const floa
     loss[r] = lse[r] - xr[targets[r]];
   }
 }
+// out[0] = (sum of x[0..n)) / n, in double: one block of kRowThreads (a power of two), each
+// thread a strided part, then a tree in shared memory; a fixed order: deterministic
+template <int = 0>
+__global__ void mean_kernel(float* out, const float* x, std::int64_t n) {
+  __shared__ double sh[kRowThreads];
+  double s = 0;
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = static_cast<float>(sh[0] / static_cast<double>(n));
+}
+// scale = dloss[0] / N, read on the device (the loss's gradient never visits the host)
 template <int = 0>
 __global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
-                                              const std::int32_t* targets, std::int64_t V, float scale) {
+                                              const std::int32_t* targets, std::int64_t V,
+                                              const float* dloss, std::int64_t N) {
   const std::int64_t r = blockIdx.x;
+  const float scale = dloss[0] / static_cast<float>(N);
   for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x)
     dlogits[r * V + i] += scale * (expf(logits[r * V + i] - lse[r]) - (i == targets[r] ? 1.0f : 0.0f));
 }
@@ -234,24 +252,22 @@ struct CudaNn {
     REMAT_CUDA_LAUNCH(softmax_backward_kernel<>, static_cast<unsigned>(rows), kRowThreads, 0, s(),
                       dx, y, dy, C, false);
   }
-  static float cross_entropy_forward(float* lse, const float* logits, const std::int32_t* targets,
-                                     std::int64_t N, std::int64_t V) {
+  /// loss[0] = the mean of the rows' losses, left on the device (NOTE [host round trips]).
+  static void cross_entropy_forward(float* loss, float* lse, const float* logits,
+                                    const std::int32_t* targets, std::int64_t N, std::int64_t V) {
     const Scratch scratch(CudaSizes::cross_entropy_forward_scratch(N));
-    float* loss = scratch.as<float>();
+    float* rows = scratch.as<float>();
     REMAT_CUDA_LAUNCH(cross_entropy_forward_kernel<>, static_cast<unsigned>(N), kRowThreads, 0, s(),
-                      lse, loss, logits, targets, V);
-    std::vector<float> h(static_cast<std::size_t>(N));
-    CudaMemory::copy_to_host(h.data(), loss, h.size() * 4);
-    double total = 0;
-    for (float v : h) total += v;  // in order, in double: deterministic
-    return static_cast<float>(total / static_cast<double>(N));
+                      lse, rows, logits, targets, V);
+    REMAT_CUDA_LAUNCH(mean_kernel<>, 1, kRowThreads, 0, s(), loss, rows, N);
   }
   static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                                     const std::int32_t* targets, std::int64_t N, std::int64_t V, float scale) {
+                                     const std::int32_t* targets, std::int64_t N, std::int64_t V,
+                                     const float* dloss) {
     if (N == 0) return;
     REMAT_CUDA_LAUNCH(cross_entropy_backward_kernel<>, static_cast<unsigned>(N),
                       kRowThreads, 0, s(),
-                      dlogits, logits, lse, targets, V, scale);
+                      dlogits, logits, lse, targets, V, dloss, N);
   }
   static void embedding_forward(float* y, const float* w, const std::int32_t* ids, std::int64_t n, std::int64_t C) {
     if (n * C == 0) return;
@@ -261,7 +277,8 @@ struct CudaNn {
     if (n * C == 0) return;
     REMAT_CUDA_LAUNCH(embedding_backward_kernel<>, grid_for(n * C), 256, 0, s(), dw, dy, ids, n, C);
   }
-  /// Range check of ids and targets: the ids come from the host anyway, so read them there.
+  /// Range check of ids and targets made on the device (those from Tape::tokens carry their
+  /// range: NOTE [host round trips]): read them on the host.
   static void minmax_i32(const std::int32_t* x, std::int64_t n, std::int32_t& lo, std::int32_t& hi) {
     std::vector<std::int32_t> h(static_cast<std::size_t>(n));
     CudaMemory::copy_to_host(h.data(), x, h.size() * 4);

@@ -88,6 +88,29 @@ struct CudaOptim {
     for (double v : h) s += v;
     return s;
   }
+  /// out[k] = sum_squares(xs[k], ns[k]), bit for bit, with one copy to the host for all: a
+  /// launch per buffer into its own row of partial sums (NOTE [host round trips]).
+  static void sum_squares_many(double* out, const float* const* xs, const std::int64_t* ns,
+                               std::size_t count) {
+    if (count == 0) return;
+    constexpr unsigned kBlocks = kSumSquaresBlocks;
+    const Scratch scratch(CudaSizes::sum_squares_many_scratch(count));
+    double* partial = scratch.as<double>();
+    bool any = false;
+    for (std::size_t k = 0; k < count; ++k) {
+      if (ns[k] == 0) continue;
+      REMAT_CUDA_LAUNCH(sum_squares_kernel<>, kBlocks, 256, 0, Context::get().stream(),
+                        partial + k * kBlocks, xs[k], ns[k]);
+      any = true;
+    }
+    std::vector<double> h(any ? count * kBlocks : 0);
+    if (any) CudaMemory::copy_to_host(h.data(), partial, h.size() * sizeof(double));
+    for (std::size_t k = 0; k < count; ++k) {
+      out[k] = 0.0;
+      if (ns[k] > 0)
+        for (unsigned b = 0; b < kBlocks; ++b) out[k] += h[k * kBlocks + b];
+    }
+  }
   static void scale(float* x, std::int64_t n, float s) {
     if (n == 0) return;
     REMAT_CUDA_LAUNCH(scale_kernel<>, grid_for(n), 256, 0, Context::get().stream(), x, n, s);

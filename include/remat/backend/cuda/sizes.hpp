@@ -74,13 +74,17 @@ struct CudaSizes {
     const std::int64_t n = flash(L.D) ? L.B * L.H * L.T : L.H * L.T * L.T;
     return static_cast<std::size_t>(n) * sizeof(float);
   }
-  /// The per-row losses, summed on the host.
+  /// The per-row losses, averaged on the device (mean_kernel).
   static std::size_t cross_entropy_forward_scratch(std::int64_t N) {
     return static_cast<std::size_t>(N) * sizeof(float);
   }
   /// The partial sums of squares, one double per block.
   static std::size_t sum_squares_scratch(std::int64_t n) {
     return n == 0 ? 0 : kSumSquaresBlocks * sizeof(double);
+  }
+  /// sum_squares_many: a row of partial sums per buffer.
+  static std::size_t sum_squares_many_scratch(std::size_t count) {
+    return count * kSumSquaresBlocks * sizeof(double);
   }
 
  private:

@@ -233,6 +233,13 @@ class Device {
     ++launches_;
     ++by_kernel_[kernel];
   }
+  /// Round trips with the host (NOTE [host round trips], cuda.hpp): calls that make the host
+  /// wait for the device (cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize),
+  /// and copies from the device to the host.
+  std::int64_t host_waits() const { return host_waits_; }
+  std::int64_t copies_to_host() const { return copies_to_host_; }
+  void count_host_wait() { ++host_waits_; }
+  void count_copy_to_host() { ++copies_to_host_; }
 
  private:
   struct Allocation {
@@ -263,7 +270,8 @@ class Device {
   std::map<char*, Block> blocks_;
   std::map<std::string, std::int64_t> by_kernel_;
   std::size_t allocated_ = 0;
-  std::int64_t mallocs_ = 0, streams_created_ = 0, launches_ = 0;
+  std::int64_t mallocs_ = 0, streams_created_ = 0, launches_ = 0, host_waits_ = 0,
+               copies_to_host_ = 0;
   Faults faults_;
   cudaError_t last_ = cudaSuccess, sticky_ = cudaSuccess, pending_ = cudaSuccess;
 };
@@ -366,7 +374,10 @@ inline cudaError_t cudaMemGetInfo(std::size_t* free_b, std::size_t* total_b) {
   *free_b = *total_b - dev.allocated();
   return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return remat::cuda::emu::device().sync_status(); }
+inline cudaError_t cudaDeviceSynchronize() {
+  remat::cuda::emu::device().count_host_wait();
+  return remat::cuda::emu::device().sync_status();
+}
 
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   auto& dev = remat::cuda::emu::device();
@@ -384,6 +395,7 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  remat::cuda::emu::device().count_host_wait();
   return remat::cuda::emu::device().sync_status();
 }
 
@@ -402,6 +414,8 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cud
     case cudaMemcpyDefault: break;
   }
   if (!ok) return dev.record(cudaErrorInvalidValue);
+  if (kind == cudaMemcpyDeviceToHost || (kind == cudaMemcpyDefault && src_dev && !dst_dev))
+    dev.count_copy_to_host();
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -433,7 +447,10 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
   e->recorded = true;
   return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return remat::cuda::emu::device().sync_status(); }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  remat::cuda::emu::device().count_host_wait();
+  return remat::cuda::emu::device().sync_status();
+}
 /// Host time between the records (kernels run at launch): no measure of a GPU.
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   if (!a->recorded || !b->recorded) return remat::cuda::emu::device().record(cudaErrorInvalidResourceHandle);
