@@ -3,10 +3,11 @@
 // Opt-in umbrella of the CUDA backend (target remat::cuda; compile with nvcc). remat/remat.hpp
 // never includes it, so the CPU build needs no CUDA toolkit.
 //
-// Status: every kernel of the CPU backend has a CUDA twin, and attention is fused (flash.cuh:
-// memory linear in T). tests/cuda compares them with the CPU on a device (all passed on an H200,
-// benchmarks/results/2026-11-30-gpu-h200) and, compiled as host C++ with REMAT_CUDA_EMULATION
-// (no CUDA toolkit; backend/cuda/emulation/), on the CPU in every ctest run.
+// Status: every kernel of the CPU backend has a CUDA twin, and attention is fused and tiled
+// (flash.cuh: memory linear in T). tests/cuda compares them with the CPU on a device (all passed
+// on an H200 before the tiling, benchmarks/results/2026-11-30-gpu-h200) and, compiled as host
+// C++ with REMAT_CUDA_EMULATION (no CUDA toolkit; backend/cuda/emulation/), on the CPU in every
+// ctest run.
 //
 // NOTE [host round trips]: a copy to the host waits for every kernel queued before it, so a
 // training step reads back only what the host needs:

@@ -4,7 +4,7 @@
 // block copies (slice, concat), permute, and attention. One thread block per row where a row
 // needs a reduction; column sums run one thread per column over the rows in order, so they
 // are deterministic (colsum.cuh). The embedding's scatter-add uses atomics (order-dependent in the last bit).
-// Attention is fused (flash.cuh) for head sizes up to 128; larger heads keep P like the CPU.
+// Attention is fused and tiled (flash.cuh) for head sizes up to 128; larger heads keep P like the CPU.
 
 #include <cfloat>
 #include <cstdlib>
@@ -331,10 +331,8 @@ struct CudaNn {
   static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
                                 const float* k, const float* v, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
-    if (CudaSizes::flash(D)) {
-      const std::int64_t rows = L.B * L.H * T;
-      REMAT_CUDA_LAUNCH(flash_forward_kernel<>, static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps),
-                        32 * kFlashWarps, 0, s(),
+    if (CudaSizes::flash(D)) {  // NOTE [tiled attention] (flash.cuh)
+      REMAT_CUDA_LAUNCH(flash_forward_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
                         L, o, p, q, k, v, scale, causal);
       return;
     }
@@ -355,13 +353,13 @@ struct CudaNn {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     if (CudaSizes::flash(D)) {
       const std::int64_t rows = L.B * L.H * T;
-      const unsigned blocks = static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps);
+      const unsigned row_blocks = static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps);
       const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // rows floats
       float* delta = scratch.as<float>();
-      REMAT_CUDA_LAUNCH(flash_delta_kernel<>, blocks, 32 * kFlashWarps, 0, s(), L, delta, o, dout);
-      if (dq) REMAT_CUDA_LAUNCH(flash_dq_kernel<>, blocks, 32 * kFlashWarps, 0, s(),
+      REMAT_CUDA_LAUNCH(flash_delta_kernel<>, row_blocks, 32 * kFlashWarps, 0, s(), L, delta, o, dout);
+      if (dq) REMAT_CUDA_LAUNCH(flash_dq_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
                         L, dq, dout, q, k, v, p, delta, scale, causal);
-      if (dk || dv) REMAT_CUDA_LAUNCH(flash_dkdv_kernel<>, blocks, 32 * kFlashWarps, 0, s(),
+      if (dk || dv) REMAT_CUDA_LAUNCH(flash_dkdv_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
                         L, dk, dv, dout, q, k, v, p, delta, scale, causal);
       return;
     }
