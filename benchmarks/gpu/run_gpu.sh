@@ -11,13 +11,18 @@
 # to stdout and the run goes on to the next. The build never uses -Werror (an unknown host
 # compiler must not stop the run). Exit status: the GPU tests' (or the build's, if it failed).
 #
-# REMAT_GPU_BUILD_DIR (default build-gpu) and REMAT_GPU_CMAKE_ARGS let a CPU machine prove the
-# script's logic with another build (tests/gpu_script/).
+# REMAT_GPU_BUILD_DIR (default build-gpu), REMAT_GPU_CMAKE_ARGS, REMAT_GPU_TARGETS (default
+# "remat_cuda_tests gpt_step_cuda"), REMAT_GPU_TESTS_BIN and REMAT_GPU_STEP_BIN (the GPU tests and
+# gpt_step_cuda in the build) let a machine without a GPU prove the script's own logic with
+# another build: tests/gpu_script/test_run_gpu.sh (ctest gpu_script.run_gpu).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:?usage: run_gpu.sh OUTDIR [BUDGET_SECONDS]}
 BUDGET=${2:-420}
 BUILD=${REMAT_GPU_BUILD_DIR:-build-gpu}
+read -r -a TARGETS <<< "${REMAT_GPU_TARGETS:-remat_cuda_tests gpt_step_cuda}"
+TESTS_BIN=${REMAT_GPU_TESTS_BIN:-$BUILD/tests/remat_cuda_tests}
+STEP_BIN=${REMAT_GPU_STEP_BIN:-$BUILD/benchmarks/gpt_step_cuda}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 RAW=$(mktemp -d "${TMPDIR:-/tmp}/remat-gpu.XXXXXX")
@@ -70,16 +75,15 @@ finish() {
 step configure 90 configure.txt cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DREMAT_WERROR=OFF -DREMAT_BUILD_EXAMPLES=OFF \
   ${REMAT_GPU_CMAKE_ARGS:-} || finish 2
-step build 240 build.txt cmake --build "$BUILD" -j "$(nproc)" --target remat_cuda_tests gpt_step_cuda \
-  || finish 2
+step build 240 build.txt cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" || finish 2
 
-step cuda_tests 120 cuda_tests.txt "$BUILD/tests/remat_cuda_tests"
+step cuda_tests 120 cuda_tests.txt "$TESTS_BIN"
 rc=$?
 log "GPU tests exit code $rc"
 
 # GPT-2 124M shapes: L=12 d=768 heads=12 seq=1024 batch 8 vocab 50257, fp32 with TF32 GEMMs
 gpt2=(--layers 12 --d 768 --heads 12 --seq 1024 --batch 8 --vocab 50257)
-step remat_gpt2 150 remat_gpt2_124m.jsonl "$BUILD/benchmarks/gpt_step_cuda" "${gpt2[@]}" \
+step remat_gpt2 150 remat_gpt2_124m.jsonl "$STEP_BIN" "${gpt2[@]}" \
   --steps 10 --warmup 2 --checkpoint none,block,selective
 for ck in none block; do
   step "torch_gpt2_$ck" 90 "torch_gpt2_124m_$ck.json" python3 benchmarks/torch_gpt_step.py --device cuda \
@@ -87,7 +91,7 @@ for ck in none block; do
 done
 # the attention's memory and time against sequence length (batch 1, no checkpointing)
 for seq in 1024 4096; do
-  step "remat_seq$seq" 60 "remat_seq$seq.jsonl" "$BUILD/benchmarks/gpt_step_cuda" --layers 12 --d 768 \
+  step "remat_seq$seq" 60 "remat_seq$seq.jsonl" "$STEP_BIN" --layers 12 --d 768 \
     --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none
   step "torch_seq$seq" 60 "torch_seq$seq.json" python3 benchmarks/torch_gpt_step.py --device cuda \
     --layers 12 --d 768 --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none

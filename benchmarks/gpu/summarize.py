@@ -52,6 +52,8 @@ counts = re.findall(r"(\d+) passed, (\d+) failed", tests)
 print("\n## GPU tests (exit code %s)\n" % tests_rc)
 if counts:
     print("%s passed, %s failed." % counts[-1])
+else:
+    print("No \"N passed, M failed\" line in cuda_tests.txt: see its log in results.tar.gz.")
 failures = [l for l in tests.splitlines() if l.startswith("FAILED")]
 if failures:
     print("\n```\n" + "\n".join(failures[:40]) + "\n```")
@@ -66,6 +68,8 @@ print("L=12, d=768, heads=12, seq=1024, batch 8, vocab 50257; fp32 with TF32 GEM
       "torch.cuda.max_memory_allocated and max_memory_reserved after warm-up.\n")
 print("| impl | checkpoint | tokens/s | step s | peak GiB | reserved GiB | predicted reserved GiB |")
 print("|---|---|---|---|---|---|---|")
+if not rows("remat_gpt2_124m.jsonl") and not any(rows("torch_gpt2_124m_%s.json" % c) for c in ("none", "block")):
+    print("| (no results: every step of this table failed or was skipped, see Steps) | | | | | | |")
 for d in rows("remat_gpt2_124m.jsonl"):
     print("| remat | %s | %.0f | %.4f | %s | %s | %s |" % (
         d.get("checkpoint"), d.get("tokens_per_s", 0), d.get("step_s", 0), gib(d.get("peak_bytes")),
@@ -79,6 +83,9 @@ for ck in ("none", "block"):
 print("\n## Sequence length (batch 1, no checkpointing)\n")
 print("| impl | seq | tokens/s | peak GiB | reserved GiB |")
 print("|---|---|---|---|---|")
+if not any(rows("%s_seq%d.%s" % (i, s, e)) for i, e in (("remat", "jsonl"), ("torch", "json"))
+           for s in (1024, 4096)):
+    print("| (no results: every step of this table failed or was skipped, see Steps) | | | | |")
 for seq in (1024, 4096):
     for d in rows("remat_seq%d.jsonl" % seq):
         print("| remat | %d | %.0f | %s | %s |" % (seq, d.get("tokens_per_s", 0), gib(d.get("peak_bytes")),
