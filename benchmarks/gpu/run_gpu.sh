@@ -12,17 +12,19 @@
 # compiler must not stop the run). Exit status: the GPU tests' (or the build's, if it failed).
 #
 # REMAT_GPU_BUILD_DIR (default build-gpu), REMAT_GPU_CMAKE_ARGS, REMAT_GPU_TARGETS (default
-# "remat_cuda_tests gpt_step_cuda"), REMAT_GPU_TESTS_BIN and REMAT_GPU_STEP_BIN (the GPU tests and
-# gpt_step_cuda in the build) let a machine without a GPU prove the script's own logic with
-# another build: tests/gpu_script/test_run_gpu.sh (ctest gpu_script.run_gpu).
+# "remat_cuda_tests gpt_step_cuda attention_cuda"), REMAT_GPU_TESTS_BIN, REMAT_GPU_STEP_BIN and
+# REMAT_GPU_ATTN_BIN (the GPU tests, gpt_step_cuda and attention_cuda in the build) let a machine
+# without a GPU prove the script's own logic with another build: tests/gpu_script/test_run_gpu.sh
+# (ctest gpu_script.run_gpu).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:?usage: run_gpu.sh OUTDIR [BUDGET_SECONDS]}
 BUDGET=${2:-420}
 BUILD=${REMAT_GPU_BUILD_DIR:-build-gpu}
-read -r -a TARGETS <<< "${REMAT_GPU_TARGETS:-remat_cuda_tests gpt_step_cuda}"
+read -r -a TARGETS <<< "${REMAT_GPU_TARGETS:-remat_cuda_tests gpt_step_cuda attention_cuda}"
 TESTS_BIN=${REMAT_GPU_TESTS_BIN:-$BUILD/tests/remat_cuda_tests}
 STEP_BIN=${REMAT_GPU_STEP_BIN:-$BUILD/benchmarks/gpt_step_cuda}
+ATTN_BIN=${REMAT_GPU_ATTN_BIN:-$BUILD/benchmarks/attention_cuda}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 RAW=$(mktemp -d "${TMPDIR:-/tmp}/remat-gpu.XXXXXX")
@@ -89,6 +91,11 @@ for ck in none block; do
   step "torch_gpt2_$ck" 90 "torch_gpt2_124m_$ck.json" python3 benchmarks/torch_gpt_step.py --device cuda \
     "${gpt2[@]}" --steps 10 --warmup 3 --checkpoint "$ck"
 done
+# attention alone, forward and backward (issue 12's target: PyTorch eager's time at T 1024 and
+# 4096), batch 8, 12 heads of 64, causal
+attn=(--batch 8 --heads 12 --seq 1024,4096 --d 64 --steps 5 --warmup 2)
+step remat_attention 90 remat_attention.jsonl "$ATTN_BIN" "${attn[@]}"
+step torch_attention 90 torch_attention.jsonl python3 benchmarks/torch_attention.py --device cuda "${attn[@]}"
 # the attention's memory and time against sequence length (batch 1, no checkpointing)
 for seq in 1024 4096; do
   step "remat_seq$seq" 60 "remat_seq$seq.jsonl" "$STEP_BIN" --layers 12 --d 768 \

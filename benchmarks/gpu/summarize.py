@@ -80,6 +80,19 @@ for ck in ("none", "block"):
             d.get("torch_version"), ck, d.get("tokens_per_s", 0), d.get("step_s", 0),
             gib(d.get("cuda_max_memory_allocated_bytes")), gib(d.get("cuda_max_memory_reserved_bytes"))))
 
+print("\n## Attention alone (forward + backward, batch 8, 12 heads of 64, causal)\n")
+print("Issue 12's target: remat's fused attention at least as fast as PyTorch eager (the T x T "
+      "matrix materialized) at T 1024 and 4096; PyTorch's sdpa for context.\n")
+print("| impl | path | seq | ms | peak GiB |")
+print("|---|---|---|---|---|")
+att = rows("remat_attention.jsonl") + rows("torch_attention.jsonl")
+if not att:
+    print("| (no results: every step of this table failed or was skipped, see Steps) | | | | |")
+for d in att:
+    print("| %s | %s | %s | %.2f | %s |" % (
+        d.get("impl") if d.get("impl") == "remat" else "PyTorch %s" % d.get("torch_version"),
+        d.get("path"), d.get("seq"), 1e3 * d.get("fwd_bwd_s", 0), gib(d.get("peak_bytes"))))
+
 print("\n## Sequence length (batch 1, no checkpointing)\n")
 print("| impl | seq | tokens/s | peak GiB | reserved GiB |")
 print("|---|---|---|---|---|")

@@ -3,7 +3,7 @@
 # builds of this machine standing in for the GPU's. Three runs, each into a fresh output folder:
 #   1. a build that fails (a target that does not exist): exit 2, the build's tail on stdout;
 #   2. GPU tests that hang (a stand-in that sleeps) under a budget of 45 s: the tests' step is cut
-#      to what is left less 20 s for the bundle and times out (exit 124), every later step is
+#      to what is left less 20 s for the bundle and times out (exit 124), every later step (9) is
 #      skipped, and the run ends inside its budget;
 #   3. the whole run: the CUDA emulation's runtime tests stand in for the GPU tests (they pass:
 #      exit 0), gpt_step_cuda is missing and PyTorch has no GPU here, so every benchmark step
@@ -58,19 +58,19 @@ three_files "hanging tests" "$DIR/out2"
 skipped=$(grep -c "SKIPPED: the budget is spent" "$DIR/out2/run.log")
 # the tests' step ends 20 s before the budget does (what the bundle may need), not at its end
 stopped=$(sed -n 's/^== \[\([0-9]*\)s\] cuda_tests TIMED OUT.*/\1/p' "$DIR/out2/run.log")
-if [ "$rc" -eq 124 ] && grep -Eq "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log" && [ "$skipped" -eq 7 ] &&
+if [ "$rc" -eq 124 ] && grep -Eq "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log" && [ "$skipped" -eq 9 ] &&
    grep -q "## GPU tests (exit code 124)" "$DIR/out2/summary.md" && [ "$took" -le 45 ] &&
    [ "${stopped:-99}" -le 27 ]; then
-  ok "hanging GPU tests: $(grep -Eo "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log") at ${stopped} s, 7 steps skipped, exit 124 after ${took} s of a 45 s budget"; else
+  ok "hanging GPU tests: $(grep -Eo "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log") at ${stopped} s, 9 steps skipped, exit 124 after ${took} s of a 45 s budget"; else
   bad "hanging tests: exit $rc after ${took} s, $skipped skipped, run.log: $(cat "$DIR/out2/run.log")"; fi
 
 # 3. The whole run, the emulation's runtime tests standing in for the GPU tests.
 REMAT_GPU_TARGETS=remat_cuda_emu_runtime_tests REMAT_GPU_TESTS_BIN="$B/tests/remat_cuda_emu_runtime_tests" \
-  REMAT_GPU_STEP_BIN="$B/benchmarks/no_gpt_step_cuda_here" \
+  REMAT_GPU_STEP_BIN="$B/benchmarks/no_gpt_step_cuda_here" REMAT_GPU_ATTN_BIN="$B/benchmarks/no_attention_cuda_here" \
   bash "$SRC/benchmarks/gpu/run_gpu.sh" "$DIR/out3" 400 >"$DIR/stdout3" 2>&1
 rc=$?
 three_files "whole run" "$DIR/out3"
-steps="remat_gpt2 torch_gpt2_none torch_gpt2_block remat_seq1024 torch_seq1024 remat_seq4096 torch_seq4096"
+steps="remat_gpt2 torch_gpt2_none torch_gpt2_block remat_attention torch_attention remat_seq1024 torch_seq1024 remat_seq4096 torch_seq4096"
 missing=""
 for s in $steps; do
   grep -q "^- \[[0-9]*s\] $s FAILED" "$DIR/out3/summary.md" || missing="$missing $s"
@@ -78,7 +78,7 @@ for s in $steps; do
   tar -tzf "$DIR/out3/results.tar.gz" | grep -q "$s.log" || missing="$missing $s(no log)"
 done
 if [ "$rc" -eq 0 ] && grep -q "## GPU tests (exit code 0)" "$DIR/out3/summary.md" && [ -z "$missing" ] &&
-   [ "$(grep -c "(no results: every step of this table failed or was skipped" "$DIR/out3/summary.md")" -eq 2 ] &&
+   [ "$(grep -c "(no results: every step of this table failed or was skipped" "$DIR/out3/summary.md")" -eq 3 ] &&
    tar -tzf "$DIR/out3/results.tar.gz" | grep -q "cuda_tests.txt" && grep -q "done in" "$DIR/out3/run.log"; then
   ok "the whole run: tests passed (exit 0), every failing benchmark step named with its tail and log, empty tables said so, to the end"; else
   bad "whole run: exit $rc, missing:$missing, summary: $(cat "$DIR/out3/summary.md" | head -40)"; fi
