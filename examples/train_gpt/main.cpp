@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
                  "(e.g. budget:300MiB: the fastest plan whose whole step fits) or auto (the "
                  "memory free now, less 10%)");
   app.add_option("--memory-limit", f.memory_limit,
-                 "cap the CPU memory (e.g. 2GiB): past it an allocation is out of memory, and the "
-                 "step is re-planned for the limit and run again");
+                 "cap the memory of the device trained on (e.g. 2GiB; the ledger's live bytes): past "
+                 "it an allocation is out of memory, and the step is re-planned for the limit and "
+                 "run again");
   app.add_flag("--estimate", f.estimate,
                "print the predicted peak of a step under every fixed strategy (and the plan of a "
                "budget) without training");

@@ -4,12 +4,16 @@
 # CPU by the CUDA emulation. Asserts:
 #   - the CUDA losses are the CPU's within a relative 1e-4 (other summation orders: the first
 #     steps agree to about 1e-6), plain and with dropout, checkpointing, micro-steps, clipping, SGD;
-#   - on the device, checkpointed losses equal the plain ones bit for bit, and a resumed run
-#     those of the uninterrupted run;
+#   - on the emulated device (its atomics run in order), checkpointed losses equal the plain
+#     ones bit for bit, and a resumed run those of the uninterrupted run;
 #   - snapshots and weights move between the devices (through the host): a CUDA snapshot
-#     resumes on the CPU and a CPU snapshot on CUDA, the CPU's weights load on CUDA;
-#   - --memory-limit re-plans on the device; a diverged run stops; --estimate, --sample; the
-#     flags that do not apply to a GPU are errors.
+#     resumes on the CPU and a CPU snapshot on CUDA, weights saved on CUDA load on both;
+#   - --memory-limit re-plans on the device, `auto` plans from the device's free memory (the
+#     emulation reports 16 GiB); a diverged run stops; --estimate, --sample; the flags that do
+#     not apply to a GPU are errors.
+# What the emulation cannot show: its device memory is host memory, so host code that reads a
+# device pointer directly works here and crashes on a GPU (the trainer reads weights through
+# copy_to_host and to_vector only); the real-GPU run is the check for that.
 # Usage: test_train_gpt_cuda.sh path/to/train_gpt_emulated
 set -u
 BIN=$1
@@ -50,7 +54,7 @@ run "cuda rich" "$DIR/cuda_rich.jsonl" "${tiny[@]}" "${gpu[@]}" "${rich[@]}" --c
 close "dropout, block checkpointing, 2 micro-steps, clipping: cuda = cpu" "$DIR/cpu_rich.jsonl" "$DIR/cuda_rich.jsonl" 1e-4
 run "cuda rich, plain" "$DIR/cuda_rich_none.jsonl" "${tiny[@]}" "${gpu[@]}" "${rich[@]}" --checkpoint none --steps 6
 if [ -s "$DIR/cuda_rich.jsonl" ] && [ "$(losses "$DIR/cuda_rich.jsonl")" = "$(losses "$DIR/cuda_rich_none.jsonl")" ]; then
-  ok "on the device, block checkpointing gives the plain losses bit for bit"; else
+  ok "on the emulated device, block checkpointing gives the plain losses bit for bit"; else
   bad "cuda block [$(losses "$DIR/cuda_rich.jsonl")] vs none [$(losses "$DIR/cuda_rich_none.jsonl")]"; fi
 sgd=(--optimizer sgd --momentum 0.9 --weight-decay 0.01 --lr 0.05 --checkpoint save_linear)
 run "cpu sgd" "$DIR/cpu_sgd.jsonl" "${tiny[@]}" "${cpu[@]}" "${sgd[@]}" --steps 6
@@ -61,17 +65,20 @@ close "SGD with momentum, save_linear: cuda = cpu" "$DIR/cpu_sgd.jsonl" "$DIR/cu
 run "cuda 3 steps" "$DIR/c3.jsonl" "${tiny[@]}" "${gpu[@]}" "${rich[@]}" --steps 3 --snapshot-path "$DIR/cuda.state" --save "$DIR/cuda3.safetensors"
 run "cuda resumed on cuda" "$DIR/cc.jsonl" "${tiny[@]}" "${gpu[@]}" "${rich[@]}" --steps 6 --resume "$DIR/cuda.state"
 if [ -s "$DIR/cc.jsonl" ] && [ "$(losses "$DIR/cc.jsonl")" = "$(tail -n 3 "$DIR/cuda_rich_none.jsonl" | grep -o '"loss":[^,]*' | tr '\n' ' ')" ]; then
-  ok "a cuda snapshot resumes on cuda bit for bit"; else
+  ok "a cuda snapshot resumes on (emulated) cuda bit for bit"; else
   bad "cuda resume [$(losses "$DIR/cc.jsonl")] vs uninterrupted [$(losses "$DIR/cuda_rich_none.jsonl")]"; fi
 run "cuda resumed on cpu" "$DIR/cg.jsonl" "${tiny[@]}" "${cpu[@]}" "${rich[@]}" --steps 6 --resume "$DIR/cuda.state"
 tail -n 3 "$DIR/cpu_rich.jsonl" > "$DIR/cpu_rich_tail.jsonl"
 close "a cuda snapshot resumes on the cpu (steps 4-6)" "$DIR/cpu_rich_tail.jsonl" "$DIR/cg.jsonl" 1e-4
-run "cpu 3 steps" "$DIR/g3.jsonl" "${tiny[@]}" "${cpu[@]}" "${rich[@]}" --steps 3 --snapshot-path "$DIR/cpu.state"
+run "cpu 3 steps" "$DIR/g3.jsonl" "${tiny[@]}" "${cpu[@]}" "${rich[@]}" --steps 3 --snapshot-path "$DIR/cpu.state" --save "$DIR/cpu3.safetensors"
 run "cpu resumed on cuda" "$DIR/gc.jsonl" "${tiny[@]}" "${gpu[@]}" "${rich[@]}" --steps 6 --resume "$DIR/cpu.state"
 close "a cpu snapshot resumes on cuda (steps 4-6)" "$DIR/cpu_rich_tail.jsonl" "$DIR/gc.jsonl" 1e-4
+# the weights --save wrote on cuda are those the cpu trained (not only the same file read twice)
+run "cpu from cpu weights" "$DIR/ww.jsonl" "${cpu[@]}" --seq 16 --batch 2 --steps 2 --init-from "$DIR/cpu3.safetensors"
 run "cpu from cuda weights" "$DIR/wc.jsonl" "${cpu[@]}" --seq 16 --batch 2 --steps 2 --init-from "$DIR/cuda3.safetensors"
 run "cuda from cuda weights" "$DIR/wg.jsonl" "${gpu[@]}" --seq 16 --batch 2 --steps 2 --init-from "$DIR/cuda3.safetensors"
-close "weights saved on cuda load on both devices" "$DIR/wc.jsonl" "$DIR/wg.jsonl" 1e-4
+close "weights saved on cuda = weights saved on cpu (both loaded on the cpu)" "$DIR/ww.jsonl" "$DIR/wc.jsonl" 1e-4
+close "weights saved on cuda load on cuda" "$DIR/wc.jsonl" "$DIR/wg.jsonl" 1e-4
 
 # 3. Memory as the interface on the device: the CUDA ledger's limit re-plans the step.
 mem=(--layers 6 --d 64 --heads 2 --seq 32 --batch 4 --dropout 0.1 --no-profile "${gpu[@]}")
@@ -82,6 +89,10 @@ if grep -q '"replanned"' "$DIR/mlim.jsonl" && [ "$(losses "$DIR/mlim.jsonl")" = 
    [ "${peak:-99999999}" -le 6815744 ]; then
   ok "--memory-limit re-plans on cuda, same losses bit for bit, peak $peak <= 6.5 MiB"; else
   bad "cuda re-plan: none [$(losses "$DIR/mnone.jsonl")] limited [$(losses "$DIR/mlim.jsonl")] peak $peak"; fi
+"$BIN" "${mem[@]}" --steps 1 --checkpoint auto >"$DIR/auto.txt" 2>"$DIR/err" || bad "cuda auto: $(cat "$DIR/err")"
+if grep -Eq "^budget 14\.[0-9]+ GiB" "$DIR/auto.txt"; then
+  ok "auto on cuda plans for 90% of the device's free memory: $(grep -Eo "budget 14\.[0-9]+ GiB" "$DIR/auto.txt")"; else
+  bad "cuda auto: $(head -n 3 "$DIR/auto.txt")"; fi
 "$BIN" "${mem[@]}" --estimate --checkpoint budget:11MiB >"$DIR/est.txt" 2>"$DIR/err" || bad "cuda --estimate: $(cat "$DIR/err")"
 if grep -q "exact for the cuda ledger" "$DIR/est.txt" && grep -q "^block " "$DIR/est.txt" &&
    grep -q "certified ledger peak" "$DIR/est.txt"; then ok "--estimate on cuda"; else bad "cuda --estimate: $(cat "$DIR/est.txt")"; fi

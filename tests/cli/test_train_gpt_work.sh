@@ -100,8 +100,9 @@ if [ "$rc" -eq 143 ] && [ -n "$state" ] && [ -s "$DIR/term/$state" ]; then ok "S
 expect_run "SIGTERM: the snapshot resumes" '"step":' "${small[@]}" --json --steps 1000 --resume "$DIR/term/$state"
 
 # A second SIGINT aborts at once (mid-step: a larger model, whose steps take a while) and
-# leaves no temporary file.
-slow=(--layers 2 --d 256 --heads 4 --seq 256 --batch 4 --threads 1 --steps 1000000 --json)
+# leaves no temporary file. (A step of about a second, so that the second signal lands inside
+# it on a loaded machine too.)
+slow=(--layers 2 --d 256 --heads 4 --seq 512 --batch 8 --threads 1 --steps 1000000 --json)  # ~1 s steps
 signals_default "$BIN" "${slow[@]}" --snapshot-path "$DIR/twice.state" --save "$DIR/twice.safetensors" \
   >"$DIR/twice.out" 2>"$DIR/twice.err" & pid=$!; pids+=("$pid")
 if wait_for "$DIR/twice.out" '"step":1,' 60; then

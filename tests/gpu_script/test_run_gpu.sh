@@ -2,12 +2,12 @@
 # benchmarks/gpu/run_gpu.sh proved without a GPU (issue 12, point 7): the script's own logic with
 # builds of this machine standing in for the GPU's. Three runs, each into a fresh output folder:
 #   1. a build that fails (a target that does not exist): exit 2, the build's tail on stdout;
-#   2. GPU tests that hang (a stand-in that sleeps) under a budget of 45 s: the tests' step is cut
+#   2. the whole run: the CUDA emulation's runtime tests stand in for the GPU tests (they pass:
+#      exit 0), gpt_step_cuda and attention_cuda are missing and PyTorch has no GPU here, so
+#      every benchmark step fails: each says so and prints its tail, and the run goes on;
+#   3. GPU tests that hang (a stand-in that sleeps) under a budget of 45 s: the tests' step is cut
 #      to what is left less 20 s for the bundle and times out (exit 124), every later step (9) is
-#      skipped, and the run ends inside its budget;
-#   3. the whole run: the CUDA emulation's runtime tests stand in for the GPU tests (they pass:
-#      exit 0), gpt_step_cuda is missing and PyTorch has no GPU here, so every benchmark step
-#      fails: each says so and prints its tail, and the run goes on to the end.
+#      skipped, and the run ends inside its budget.
 # Every run must leave exactly summary.md, run.log and results.tar.gz (at most 8 files, as the
 # device tool brings back), a summary that names every step and its outcome, and a bundle with
 # each step's own log.
@@ -47,24 +47,8 @@ if [ "$rc" -eq 2 ] && grep -q "build FAILED" "$DIR/out1/summary.md" && grep -q -
   ok "a failed build: exit 2, its tail on stdout, nothing run after it"; else
   bad "failed build: exit $rc, stdout: $(tail -n 20 "$DIR/stdout1")"; fi
 
-# 2. GPU tests that hang, under a budget of 45 s.
-printf '#!/bin/sh\nexec sleep 300\n' > "$DIR/hanging_tests" && chmod +x "$DIR/hanging_tests"
-START=$SECONDS
-REMAT_GPU_TARGETS=remat_cuda_emu_runtime_tests REMAT_GPU_TESTS_BIN="$DIR/hanging_tests" \
-  bash "$SRC/benchmarks/gpu/run_gpu.sh" "$DIR/out2" 45 >"$DIR/stdout2" 2>&1
-rc=$?
-took=$((SECONDS - START))
-three_files "hanging tests" "$DIR/out2"
-skipped=$(grep -c "SKIPPED: the budget is spent" "$DIR/out2/run.log")
-# the tests' step ends 20 s before the budget does (what the bundle may need), not at its end
-stopped=$(sed -n 's/^== \[\([0-9]*\)s\] cuda_tests TIMED OUT.*/\1/p' "$DIR/out2/run.log")
-if [ "$rc" -eq 124 ] && grep -Eq "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log" && [ "$skipped" -eq 9 ] &&
-   grep -q "## GPU tests (exit code 124)" "$DIR/out2/summary.md" && [ "$took" -le 45 ] &&
-   [ "${stopped:-99}" -le 27 ]; then
-  ok "hanging GPU tests: $(grep -Eo "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log") at ${stopped} s, 9 steps skipped, exit 124 after ${took} s of a 45 s budget"; else
-  bad "hanging tests: exit $rc after ${took} s, $skipped skipped, run.log: $(cat "$DIR/out2/run.log")"; fi
-
-# 3. The whole run, the emulation's runtime tests standing in for the GPU tests.
+# 2. The whole run, the emulation's runtime tests standing in for the GPU tests (built here,
+# so that the hanging run below has its build done in time).
 REMAT_GPU_TARGETS=remat_cuda_emu_runtime_tests REMAT_GPU_TESTS_BIN="$B/tests/remat_cuda_emu_runtime_tests" \
   REMAT_GPU_STEP_BIN="$B/benchmarks/no_gpt_step_cuda_here" REMAT_GPU_ATTN_BIN="$B/benchmarks/no_attention_cuda_here" \
   bash "$SRC/benchmarks/gpu/run_gpu.sh" "$DIR/out3" 400 >"$DIR/stdout3" 2>&1
@@ -82,6 +66,23 @@ if [ "$rc" -eq 0 ] && grep -q "## GPU tests (exit code 0)" "$DIR/out3/summary.md
    tar -tzf "$DIR/out3/results.tar.gz" | grep -q "cuda_tests.txt" && grep -q "done in" "$DIR/out3/run.log"; then
   ok "the whole run: tests passed (exit 0), every failing benchmark step named with its tail and log, empty tables said so, to the end"; else
   bad "whole run: exit $rc, missing:$missing, summary: $(cat "$DIR/out3/summary.md" | head -40)"; fi
+
+# 3. GPU tests that hang, under a budget of 45 s (the build is done by now).
+printf '#!/bin/sh\nexec sleep 300\n' > "$DIR/hanging_tests" && chmod +x "$DIR/hanging_tests"
+START=$SECONDS
+REMAT_GPU_TARGETS=remat_cuda_emu_runtime_tests REMAT_GPU_TESTS_BIN="$DIR/hanging_tests" \
+  bash "$SRC/benchmarks/gpu/run_gpu.sh" "$DIR/out2" 45 >"$DIR/stdout2" 2>&1
+rc=$?
+took=$((SECONDS - START))
+three_files "hanging tests" "$DIR/out2"
+skipped=$(grep -c "SKIPPED: the budget is spent" "$DIR/out2/run.log")
+# the tests' step ends 20 s before the budget does (what the bundle may need), not at its end
+stopped=$(sed -n 's/^== \[\([0-9]*\)s\] cuda_tests TIMED OUT.*/\1/p' "$DIR/out2/run.log")
+if [ "$rc" -eq 124 ] && grep -Eq "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log" && [ "$skipped" -eq 9 ] &&
+   grep -q "## GPU tests (exit code 124)" "$DIR/out2/summary.md" && [ "$took" -le 45 ] &&
+   [ "${stopped:-99}" -le 27 ]; then
+  ok "hanging GPU tests: $(grep -Eo "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log") at ${stopped} s, 9 steps skipped, exit 124 after ${took} s of a 45 s budget"; else
+  bad "hanging tests: exit $rc after ${took} s, $skipped skipped, run.log: $(cat "$DIR/out2/run.log")"; fi
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

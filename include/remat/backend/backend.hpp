@@ -57,7 +57,11 @@ struct has_nn_kernels<
                    decltype(B::cross_entropy_forward(std::declval<float*>(),
                                                      std::declval<float*>(),
                                                      std::declval<const float*>(),
-                                                     std::declval<const std::int32_t*>(), 0, 0))>>
+                                                     std::declval<const std::int32_t*>(), 0, 0)),
+                   decltype(B::sum_squares_many(std::declval<double*>(),
+                                                std::declval<const float* const*>(),
+                                                std::declval<const std::int64_t*>(),
+                                                std::size_t{}))>>
     : std::true_type {};
 
 }  // namespace detail
@@ -79,7 +83,7 @@ constexpr bool check_backend() {
                 "beta, C, ldc) or gemm_batched(...)");
   static_assert(detail::has_nn_kernels<B>::value,
                 "remat: backend B is missing a kernel (binary_forward, gelu_forward, "
-                "layer_norm_forward, attention_aux_numel, cross_entropy_forward)");
+                "layer_norm_forward, attention_aux_numel, cross_entropy_forward, sum_squares_many)");
   return true;
 }
 

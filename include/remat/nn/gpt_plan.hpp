@@ -539,22 +539,35 @@ inline std::int64_t available_memory() {
   return avail;
 }
 
+namespace detail {
+template <class B, class = void>
+struct has_available_memory : std::false_type {};
+template <class B>
+struct has_available_memory<B, std::void_t<decltype(B::available_memory())>> : std::true_type {};
+}  // namespace detail
+
 /// The margin `auto` leaves free of the available memory: what the process holds beyond the
 /// ledger (allocator slack, libraries, the tokens on the host) and room for other processes.
 inline constexpr double kAutoMargin = 0.10;
 
 /// The bytes a budget or auto strategy plans for on Target: budget:SIZE as given; auto the
-/// bytes live now plus (1 - kAutoMargin) of available_memory(); never above
-/// memory_limit<Target>() when one is set.
+/// bytes live now plus (1 - kAutoMargin) of the memory available: the backend's own figure
+/// where it has one (a GPU's: Target::available_memory()), else the host's (available_memory());
+/// never above memory_limit<Target>() when one is set.
 template <class Target>
 std::int64_t budget_of(const CheckpointStrategy& s) {
   REMAT_CHECK(s.planned(), "remat::nn::budget_of: '", s.str(), "' is a fixed strategy (expected "
               "budget:SIZE or auto)");
   std::int64_t budget = s.budget_bytes;
   if (s.kind == CheckpointStrategy::Kind::automatic) {
-    const std::int64_t avail = available_memory();
-    REMAT_CHECK(avail > 0, "remat::nn::budget_of: auto found no free-memory figure "
-                "(/proc/meminfo, cgroup) (hint: give budget:SIZE instead)");
+    std::int64_t avail = 0;
+    if constexpr (detail::has_available_memory<Target>::value)
+      avail = Target::available_memory();
+    else
+      avail = available_memory();
+    REMAT_CHECK(avail > 0, "remat::nn::budget_of: auto found no free-memory figure on ",
+                Target::name, " (/proc/meminfo and the cgroup on the CPU, cudaMemGetInfo on a GPU) "
+                "(hint: give budget:SIZE instead)");
     budget = memory_stats<Target>().live_total +
              static_cast<std::int64_t>(static_cast<double>(avail) * (1.0 - kAutoMargin));
   }

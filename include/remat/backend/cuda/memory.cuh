@@ -181,6 +181,16 @@ struct CudaMemory {
   static std::size_t reserved_bytes() { return CachingAllocator::get().reserved_bytes(); }
   static std::size_t peak_reserved_bytes() { return CachingAllocator::get().peak_reserved_bytes(); }
   static void reset_peak_reserved() { CachingAllocator::get().reset_peak_reserved(); }
+  /// Bytes the device can still give (checkpoint `auto`, nn::budget_of): its free memory
+  /// (cudaMemGetInfo) and what the pool holds unused; 0 when the device cannot say.
+  static std::int64_t available_memory() {
+    std::size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return static_cast<std::int64_t>(free_b + CachingAllocator::get().cached_bytes());
+  }
   static void empty_cache() { CachingAllocator::get().empty_cache(); }
   /// The estimator's model of this allocator: the same pool over a device that only counts.
   using ReservedModel = BlockPool<CountingDevice>;

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: MIT
 // CUDA optimizer updates (one fused kernel each, the CPU's formulas) and gradient-norm helpers.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -54,6 +55,16 @@ __global__ void sum_squares_kernel(double* partial, const float* x, std::int64_t
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
 }
+// out[k] = the sum of row k of partial (kSumSquaresBlocks each), in order from 0: the bits of
+// the host's loop over the row
+template <int = 0>
+__global__ void sum_rows_kernel(double* out, const double* partial, std::int64_t rows) {
+  const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= rows) return;
+  double s = 0.0;
+  for (int b = 0; b < kSumSquaresBlocks; ++b) s += partial[k * kSumSquaresBlocks + b];
+  out[k] = s;
+}
 template <int = 0>
 __global__ void scale_kernel(float* x, std::int64_t n, float s) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -88,27 +99,32 @@ struct CudaOptim {
     for (double v : h) s += v;
     return s;
   }
-  /// out[k] = sum_squares(xs[k], ns[k]), bit for bit, with one copy to the host for all: a
-  /// launch per buffer into its own row of partial sums (NOTE [host round trips]).
+  /// out[k] = sum_squares(xs[k], ns[k]), bit for bit, with one copy to the host per round of
+  /// up to kSumSquaresChunk buffers (NOTE [host round trips]): a launch per buffer into its own
+  /// row of partial sums, the rows summed on the device in the host's order.
   static void sum_squares_many(double* out, const float* const* xs, const std::int64_t* ns,
                                std::size_t count) {
     if (count == 0) return;
     constexpr unsigned kBlocks = kSumSquaresBlocks;
     const Scratch scratch(CudaSizes::sum_squares_many_scratch(count));
     double* partial = scratch.as<double>();
-    bool any = false;
-    for (std::size_t k = 0; k < count; ++k) {
-      if (ns[k] == 0) continue;
-      REMAT_CUDA_LAUNCH(sum_squares_kernel<>, kBlocks, 256, 0, Context::get().stream(),
-                        partial + k * kBlocks, xs[k], ns[k]);
-      any = true;
-    }
-    std::vector<double> h(any ? count * kBlocks : 0);
-    if (any) CudaMemory::copy_to_host(h.data(), partial, h.size() * sizeof(double));
-    for (std::size_t k = 0; k < count; ++k) {
-      out[k] = 0.0;
-      if (ns[k] > 0)
-        for (unsigned b = 0; b < kBlocks; ++b) out[k] += h[k * kBlocks + b];
+    double* totals = partial + std::min(count, kSumSquaresChunk) * kBlocks;
+    for (std::size_t at = 0; at < count; at += kSumSquaresChunk) {
+      const std::size_t n = std::min(count - at, kSumSquaresChunk);
+      bool any = false;
+      for (std::size_t k = 0; k < n; ++k) {
+        if (ns[at + k] == 0) continue;
+        REMAT_CUDA_LAUNCH(sum_squares_kernel<>, kBlocks, 256, 0, Context::get().stream(),
+                          partial + k * kBlocks, xs[at + k], ns[at + k]);
+        any = true;
+      }
+      if (any) {
+        REMAT_CUDA_LAUNCH(sum_rows_kernel<>, static_cast<unsigned>((n + 255) / 256), 256, 0,
+                          Context::get().stream(), totals, partial, static_cast<std::int64_t>(n));
+        CudaMemory::copy_to_host(out + at, totals, n * sizeof(double));
+      }
+      for (std::size_t k = 0; k < n; ++k)  // an empty buffer's row was never written
+        if (!any || ns[at + k] == 0) out[at + k] = 0.0;
     }
   }
   static void scale(float* x, std::int64_t n, float s) {

@@ -18,6 +18,7 @@ namespace cuda {
 constexpr int kColumnChunks = 64;   // row chunks of a deterministic column sum (colsum.cuh)
 constexpr int kFlashMaxD = 128;     // the fused attention's largest head size (flash.cuh)
 constexpr int kSumSquaresBlocks = 64;  // partial sums of sum_squares (optim.cuh)
+constexpr std::size_t kSumSquaresChunk = 4096;  // buffers per round of sum_squares_many
 
 /// Which attention the CUDA backend runs: fused (flash.cuh, memory linear in T; head sizes up
 /// to kFlashMaxD) or materialized (P (B H, T, T) kept, as on the CPU).
@@ -82,9 +83,11 @@ struct CudaSizes {
   static std::size_t sum_squares_scratch(std::int64_t n) {
     return n == 0 ? 0 : kSumSquaresBlocks * sizeof(double);
   }
-  /// sum_squares_many: a row of partial sums per buffer.
+  /// sum_squares_many: per buffer of a round (at most kSumSquaresChunk), a row of partial
+  /// sums and its total.
   static std::size_t sum_squares_many_scratch(std::size_t count) {
-    return count * kSumSquaresBlocks * sizeof(double);
+    return (count < kSumSquaresChunk ? count : kSumSquaresChunk) * (kSumSquaresBlocks + 1) *
+           sizeof(double);
   }
 
  private:
