@@ -156,26 +156,37 @@ struct GptShape {
   std::int64_t n_embd = 64, n_head = 4, n_layer = 3;
 };
 
-/// One GPT forward and backward (dropout on when asked) with a checkpoint strategy: the loss
-/// and every parameter's gradient.
-template <class B>
-Result run_gpt(const std::string& strategy, float dropout, GptShape shape = {}) {
-  using namespace remat;
-  Tape<B> tape(5);
-  nn::GPTConfig c;
+/// The tests' GPT: vocabulary 64, 32 positions, the shape and the checkpoint strategy given.
+inline remat::nn::GPTConfig gpt_config(const std::string& strategy, float dropout, GptShape shape) {
+  remat::nn::GPTConfig c;
   c.vocab_size = 64;
   c.block_size = 32;
   c.n_layer = shape.n_layer;
   c.n_embd = shape.n_embd;
   c.n_head = shape.n_head;
   c.dropout = dropout;
-  c.checkpoint = nn::CheckpointStrategy::parse(strategy);
-  nn::GPT<B> model(tape, c);
-  std::vector<std::int32_t> x(2 * 32), y(2 * 32);
+  c.checkpoint = remat::nn::CheckpointStrategy::parse(strategy);
+  return c;
+}
+/// Its batch: 2 sequences of 32 ids (x) and targets (y), fixed.
+inline void gpt_batch(std::vector<std::int32_t>& x, std::vector<std::int32_t>& y) {
+  x.assign(2 * 32, 0);
+  y.assign(2 * 32, 0);
   for (std::size_t i = 0; i < x.size(); ++i) {
     x[i] = static_cast<std::int32_t>((i * 13 + 5) % 64);
     y[i] = static_cast<std::int32_t>((i * 29 + 1) % 64);
   }
+}
+
+/// One GPT forward and backward (dropout on when asked) with a checkpoint strategy: the loss
+/// and every parameter's gradient.
+template <class B>
+Result run_gpt(const std::string& strategy, float dropout, GptShape shape = {}) {
+  using namespace remat;
+  Tape<B> tape(5);
+  nn::GPT<B> model(tape, gpt_config(strategy, dropout, shape));
+  std::vector<std::int32_t> x, y;
+  gpt_batch(x, y);
   auto loss = model.loss(tape.tokens({2, 32}, x), tape.tokens({2, 32}, y));
   tape.backward(loss);
   Result r;

@@ -354,20 +354,10 @@ void test_every_kernel_ran() {
 void test_host_round_trips() {
   for (const int layers : {1, 3}) {
     Tape<Cuda> tape(5);
-    nn::GPTConfig c;
-    c.vocab_size = 64;
-    c.block_size = 32;
-    c.n_layer = layers;
-    c.n_embd = 64;
-    c.n_head = 4;
-    c.checkpoint = nn::CheckpointStrategy::parse("block");
-    nn::GPT<Cuda> model(tape, c);
+    nn::GPT<Cuda> model(tape, remat_cuda_test::gpt_config("block", 0.0f, {64, 4, layers}));
     optim::AdamW<Cuda> opt(model.parameters(), optim::AdamWOptions{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f});
-    std::vector<std::int32_t> x(2 * 32), y(2 * 32);
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      x[i] = static_cast<std::int32_t>((i * 13 + 5) % 64);
-      y[i] = static_cast<std::int32_t>((i * 29 + 1) % 64);
-    }
+    std::vector<std::int32_t> x, y;
+    remat_cuda_test::gpt_batch(x, y);
     auto step = [&] {
       const auto loss = gpt_train_step(model, opt, tape.tokens({2, 32}, x), tape.tokens({2, 32}, y), 1.0f);
       return loss.item();

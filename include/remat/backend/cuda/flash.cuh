@@ -66,6 +66,19 @@ __device__ inline void load_tile(float* tile, const float* base, std::int64_t st
   }
 }
 __device__ inline std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+// Keys and values j0 .. j0 + kFlashTile (up to block_keys) of the (batch, head) at qo into ks and
+// vs, then a barrier: the whole block calls it. Returns how many of them a row of `keys` keys
+// takes (forward and dq walk the same tiles).
+__device__ inline std::int64_t load_kv_tiles(float* ks, float* vs, const float* k, const float* v,
+                                             const AttentionLayout& L, std::int64_t qo,
+                                             std::int64_t j0, std::int64_t block_keys,
+                                             std::int64_t keys) {
+  const std::int64_t n = min64(kFlashTile, block_keys - j0);
+  load_tile(ks, k + qo, L.q_row, j0, n, L.D);
+  load_tile(vs, v + qo, L.q_row, j0, n, L.D);
+  __syncthreads();
+  return min64(n, keys - j0);
+}
 // The block's (batch x head) and first row: blocks run over bh, then over row groups.
 __device__ inline void flash_block(const AttentionLayout& L, std::int64_t& bh, std::int64_t& first) {
   const std::int64_t groups = (L.T + kFlashWarps - 1) / kFlashWarps;
@@ -89,11 +102,7 @@ __global__ void flash_forward_kernel(AttentionLayout L, float* o, float* lse, co
   if (active) load_row(qi, q + qo + i * L.q_row, lane, L.D);
   float m = -INFINITY, l = 0.0f;
   for (std::int64_t j0 = 0; j0 < block_keys; j0 += kFlashTile) {
-    const std::int64_t n = min64(kFlashTile, block_keys - j0);
-    load_tile(ks, k + qo, L.q_row, j0, n, L.D);
-    load_tile(vs, v + qo, L.q_row, j0, n, L.D);
-    __syncthreads();
-    const std::int64_t mine = min64(n, keys - j0);
+    const std::int64_t mine = load_kv_tiles(ks, vs, k, v, L, qo, j0, block_keys, keys);
     for (std::int64_t jj = 0; jj < mine; ++jj) {
       const float s = scale * dot_row(qi, ks + jj * kFlashMaxD, lane, L.D);
       const float mn = fmaxf(m, s), c = expf(m - mn), e = expf(s - mn);
@@ -152,11 +161,7 @@ __global__ void flash_dq_kernel(AttentionLayout L, float* dq, const float* dout,
     di = delta[bh * L.T + i];
   }
   for (std::int64_t j0 = 0; j0 < block_keys; j0 += kFlashTile) {
-    const std::int64_t n = min64(kFlashTile, block_keys - j0);
-    load_tile(ks, k + qo, L.q_row, j0, n, L.D);
-    load_tile(vs, v + qo, L.q_row, j0, n, L.D);
-    __syncthreads();
-    const std::int64_t mine = min64(n, keys - j0);
+    const std::int64_t mine = load_kv_tiles(ks, vs, k, v, L, qo, j0, block_keys, keys);
     for (std::int64_t jj = 0; jj < mine; ++jj) {
       const float* kj = ks + jj * kFlashMaxD;
       const float p = expf(scale * dot_row(qi, kj, lane, L.D) - li);
