@@ -173,3 +173,51 @@ TEST_CASE("the equivalence helper names the first differing element, bit exact, 
   auto same = testing::compare_runs(tape, [&](bool) { return x * 2.0f; }, {x});
   REQUIRE(same.equal);
 }
+
+TEST_CASE("tensors recorded outside and captured by segments: bitwise the plain run's",
+          "[checkpoint][bitwise]") {
+  // s = f(w), computed once per step and read by every block (weight norm, a LoRA merge):
+  // backward must reach s's producer through the segments (w.grad stayed undefined), and
+  // s's gradient must sum in the plain order when s is also used outside.
+  Tape<Cpu> tape(8);
+  auto w = nn::init::normal(tape, {16, 16}, 0.3f, 500);
+  auto a = nn::init::normal(tape, {16, 4}, 0.3f, 501);
+  auto b = nn::init::normal(tape, {4, 16}, 0.3f, 502);
+  auto x = tape.randn({8, 16}, 1.0f, 503, true);
+  for (const bool also_outside : {false, true})
+    for (const int blocks : {1, 3}) {
+      INFO("blocks " << blocks << (also_outside ? ", s also used after the segments" : ""));
+      auto report = testing::compare_runs(
+          tape,
+          [&](bool ck) {
+            T s = w + matmul(a, b) * 0.5f;  // the merged weight
+            auto fn = [&](const T& in) { return gelu(matmul(in, s)) + in; };
+            T h = x;
+            for (int i = 0; i < blocks; ++i) h = ck ? T(checkpoint(fn, h)) : fn(h);
+            return also_outside ? h + matmul(h, s) : h;
+          },
+          {w, a, b, x});
+      INFO(report.detail);
+      REQUIRE(report.equal);  // an undefined w.grad (no path to s's producer) differs too
+    }
+}
+
+TEST_CASE("a tensor returned twice is one output with one gradient slot: bitwise",
+          "[checkpoint][bitwise]") {
+  Tape<Cpu> tape(9);
+  auto w = nn::init::normal(tape, {128}, 0.3f, 600);
+  auto x = tape.randn({128}, 1.0f, 601, true);
+  auto fn = [&](const T& in) {
+    T t = tanh(in) * w;
+    return std::make_tuple(t, gelu(t), t);
+  };
+  auto report = testing::compare_runs(
+      tape,
+      [&](bool ck) {
+        auto [p, g, q] = ck ? checkpoint(fn, x) : fn(x);
+        return p * p + q * tanh(q) + g * p;  // consumers of both handles, interleaved
+      },
+      {w, x});
+  INFO(report.detail);
+  REQUIRE(report.equal);
+}

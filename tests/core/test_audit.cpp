@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -36,34 +37,14 @@ const SegmentStats* row_named(Tape<Cpu>& tape, const std::string& name) {
 
 // ---- 1. escaped interior tensors ----------------------------------------------------------
 
-TEST_CASE("a tensor leaving a segment through a capture raises instead of losing its gradient",
+TEST_CASE("a tensor leaving a segment through a capture keeps its gradient path, or raises",
           "[checkpoint][audit]") {
   Tape<Cpu> tape;
   auto w = tape.parameter({2, 2}, {1.0f, 2.0f, 3.0f, 4.0f});
   auto b = tape.parameter({2}, {0.5f, -0.5f});
   auto x = tape.input({3, 2}, ramp(6, -1.0f, 0.4f));
-  T escaped;
-  auto y = checkpoint(CheckpointOptions{}.name("leaky"),
-                      [&](const T& in) {
-                        escaped = linear(in, w, b);  // interior: no node is recorded for it
-                        return gelu(escaped);
-                      },
-                      x);
-  // w's gradient would need a path through `escaped`: there is none, so the op must say so.
-  REQUIRE_THROWS_WITH(mul(escaped, escaped),
-                      REMAT_CONTAINS("remat::mul: input 0") && REMAT_CONTAINS("'leaky'") &&
-                          REMAT_CONTAINS("capture"));
-  REQUIRE_THROWS_WITH(tape.backward(sum(add(y, escaped))), REMAT_CONTAINS("remat::add: input 1"));
-  REQUIRE_THROWS_WITH(checkpoint([](const T& in) { return gelu(in); }, escaped),
-                      REMAT_CONTAINS("remat::checkpoint: input 0"));
-  // No gradient wanted, or asked not to have one: no error.
-  {
-    NoGrad no_grad;
-    CHECK(sum(mul(escaped, escaped)).numel() == 1);
-  }
-  CHECK_NOTHROW(sum(mul(detach(escaped), y)));
-  // The supported way, returning it, gives the gradients of the plain run.
-  auto plain = [&] {  // in the order of the checkpointed run: gelu inside, then mul outside
+  // The plain run, in the order of the checkpointed ones: gelu inside, then mul outside.
+  auto plain = [&] {
     auto h = linear(x, w, b);
     auto g = gelu(h);
     auto m = mul(h, h);
@@ -73,13 +54,79 @@ TEST_CASE("a tensor leaving a segment through a capture raises instead of losing
   const auto gw = grad_of(w), gb = grad_of(b);
   w.clear_grad();
   b.clear_grad();
-  auto out = checkpoint([&](const T& in) {
-    auto h = linear(in, w, b);
-    return std::make_tuple(gelu(h), h);
-  }, x);
-  tape.backward(sum(add(std::get<0>(out), mul(std::get<1>(out), std::get<1>(out)))));
-  CHECK(grad_of(w) == gw);
-  CHECK(grad_of(b) == gb);
+  SECTION("used by an op outside: adopted as an extra output of the segment (NOTE [escaped "
+          "tensors]), gradients bitwise the plain run's") {
+    T escaped;
+    auto y = checkpoint(CheckpointOptions{}.name("leaky"),
+                        [&](const T& in) {
+                          escaped = linear(in, w, b);  // interior: no node is recorded for it
+                          return gelu(escaped);
+                        },
+                        x);
+    REQUIRE_FALSE(escaped.requires_grad());
+    tape.backward(sum(add(y, mul(escaped, escaped))));
+    CHECK(grad_of(w) == gw);
+    CHECK(grad_of(b) == gb);
+  }
+  SECTION("returned unchanged by a later segment, or its input: bitwise the plain run's") {
+    for (const bool as_output : {true, false}) {
+      T escaped;
+      auto y = checkpoint([&](const T& in) {
+        escaped = linear(in, w, b);
+        return gelu(escaped);
+      }, x);
+      T m;
+      if (as_output) {  // it was dropped here: 'treated as needing no gradient in the replay'
+        auto [one, esc] = checkpoint([&](const T& in) { return std::make_tuple(in * 1.0f, escaped); }, y);
+        m = add(one, mul(esc, esc));
+      } else {
+        m = add(y, checkpoint([](const T& in) { return mul(in, in); }, escaped));
+      }
+      tape.backward(sum(m));
+      CHECK(grad_of(w) == gw);
+      CHECK(grad_of(b) == gb);
+      w.clear_grad();
+      b.clear_grad();
+    }
+  }
+  SECTION("returned by the segment too: one tensor, one gradient slot") {
+    T escaped;
+    auto out = checkpoint([&](const T& in) {
+      escaped = linear(in, w, b);
+      return std::make_tuple(gelu(escaped), escaped);
+    }, x);
+    tape.backward(sum(add(std::get<0>(out), mul(std::get<1>(out), escaped))));
+    CHECK(grad_of(w) == gw);
+    CHECK(grad_of(b) == gb);
+  }
+  SECTION("where no gradient can reach it, the op says so") {
+    T escaped;
+    auto y = checkpoint(CheckpointOptions{}.name("leaky"), [&](const T& in) {
+      T h = linear(in, w, b);
+      if (!escaped.defined()) escaped = h;  // the first run's tensor (the replay's is recorded)
+      return gelu(h);
+    }, x);
+    tape.backward(sum(y));  // consumes the segment's node
+    REQUIRE_THROWS_WITH(mul(escaped, escaped),
+                        REMAT_CONTAINS("remat::mul: input 0") && REMAT_CONTAINS("'leaky'") &&
+                            REMAT_CONTAINS("capture") && REMAT_CONTAINS("not on the tape"));
+    T nested;
+    auto z = checkpoint(CheckpointOptions{}.name("outer"), [&](const T& in) {
+      return checkpoint([&](const T& i2) {
+        nested = linear(i2, w, b);  // made by a checkpoint nested in 'outer'
+        return gelu(nested);
+      }, in);
+    }, x);
+    REQUIRE_THROWS_WITH(tape.backward(sum(add(z, nested))),
+                        REMAT_CONTAINS("remat::add: input 1") && REMAT_CONTAINS("'outer'") &&
+                            REMAT_CONTAINS("nested"));
+    // No gradient wanted, or asked not to have one: no error.
+    {
+      NoGrad no_grad;
+      CHECK(sum(mul(escaped, escaped)).numel() == 1);
+    }
+    CHECK_NOTHROW(sum(mul(detach(escaped), x)));
+  }
 }
 
 // ---- 2. negative and overflowing shapes ---------------------------------------------------
@@ -109,6 +156,21 @@ TEST_CASE("negative or overflowing dimensions are errors at construction", "[cor
   CHECK_THROWS_AS(reshape(x, {-1, 0}), Error);
   CHECK_THROWS_AS(slice(x, 1, 0, -1), Error);
   CHECK_THROWS_AS(split(x, 1, {-1, 7}), Error);
+  // Index arithmetic that would overflow int64 is an error, not a wrapped value (slice's
+  // start + len segfaulted).
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  CHECK_THROWS_WITH(slice(x, 1, max, 2), REMAT_CONTAINS("remat::slice: start 9223372036854775807"));
+  CHECK_THROWS_AS(slice(x, 1, 2, max), Error);
+  CHECK_THROWS_AS(slice(x, 1, max, max), Error);
+  CHECK(slice(x, 1, 6, 0).numel() == 0);
+  CHECK_THROWS_AS(split(x, 1, {max, max, 2}), Error);
+  CHECK_THROWS_AS(split(x, 1, {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, -66}), Error);
+  // A zero dimension does not excuse the others, whatever the order.
+  const std::int64_t huge = std::int64_t{1} << 62;
+  CHECK_THROWS_AS(Shape({0, huge}), Error);
+  CHECK_THROWS_AS(Shape({huge, 0}), Error);
+  CHECK(Shape({0, std::int64_t{1} << 40}).numel() == 0);
+  CHECK(Shape({std::int64_t{1} << 40, 0}).numel() == 0);
   CHECK(memory_stats<Cpu>().live_total >= 0);
 }
 
@@ -221,6 +283,72 @@ TEST_CASE("per-segment stats are keyed by the segment, not by creation order",
     CHECK(tape.segment_stats()[r].forwards == 3);
     CHECK(tape.segment_stats()[r].replays == 3);
   }
+  // The same while an unrelated recorded graph stays alive on the tape (a held evaluation
+  // result): rows are numbered from 0 again after each backward, so none are added per step.
+  auto held = sum(gelu(linear(x, w, b)));
+  for (int step = 0; step < 3; ++step) {
+    auto h = x;
+    for (int i = 0; i < 3; ++i) h = checkpoint(fn, h);
+    tape.backward(sum(h));
+    CHECK(tape.segment_stats().size() == before + 3);
+  }
+  CHECK(tape.segment_stats()[before].forwards == 6);
+  tape.backward(held);  // still valid
+  CHECK(w.grad().defined());
+}
+
+// ---- 5b. in-place writes between forward and backward ---------------------------------------
+
+TEST_CASE("an in-place write to anything saved or read by a segment is an error at backward",
+          "[checkpoint][audit]") {
+  Tape<Cpu> tape;
+  auto w = tape.parameter({4, 4}, ramp(16, -0.5f, 0.2f));
+  auto x = tape.parameter({2, 4}, ramp(8, -1.0f, 0.5f));
+  auto c = tape.input({2, 4}, ramp(8, 0.5f, -0.25f));  // a captured constant
+  auto fn = [&](const T& in) { return tanh(matmul(in, w)) * c; };
+  optim::SGD<Cpu> sgd({w}, optim::SGDOptions{});
+  const auto step_with_zero_grad = [&] {  // an optimizer step between forward and backward
+    w.impl()->grad = tape.zeros({4, 4}).storage();
+    sgd.step();
+  };
+  for (const bool ck : {false, true}) {
+    INFO((ck ? "checkpointed" : "plain"));
+    const char* where = ck ? "remat::checkpoint: segment" : "remat::Tape::backward: op matmul saved";
+    {
+      T l = sum(ck ? checkpoint(fn, x) : fn(x));
+      step_with_zero_grad();
+      REQUIRE_THROWS_WITH(tape.backward(l), REMAT_CONTAINS(where) && REMAT_CONTAINS("a parameter of shape [4, 4]") &&
+                                                REMAT_CONTAINS("modified in place"));
+    }
+    {
+      T l = sum(ck ? checkpoint(fn, x) : fn(x));
+      x.mutable_data<float>()[1] += 1.0f;  // the segment's input
+      REQUIRE_THROWS_WITH(tape.backward(l), REMAT_CONTAINS(where) && REMAT_CONTAINS("[2, 4]"));
+    }
+    if (ck) {  // a captured constant is read by the segment, though saved by no op
+      T l = sum(checkpoint(fn, x));
+      c.mutable_data<float>()[0] = 3.0f;
+      REQUIRE_THROWS_WITH(tape.backward(l), REMAT_CONTAINS("(first in op 2, binary)"));
+    }
+    {  // writes after backward, or to what the graph never read, are fine
+      T l = sum(ck ? checkpoint(fn, x) : fn(x));
+      auto other = tape.parameter({3}, {1.0f, 2.0f, 3.0f});
+      other.mutable_data<float>()[0] = 5.0f;
+      tape.backward(l);
+      sgd.step();
+      l = sum(ck ? checkpoint(fn, x) : fn(x));  // a new forward pass after the write
+      CHECK_NOTHROW(tape.backward(l));
+    }
+    w.clear_grad();
+    x.clear_grad();
+  }
+  // Named parameters are named in the message.
+  Tape<Cpu> t2;
+  nn::Linear<Cpu> lin(t2, 4, 3, 0.3f, 9);
+  auto in = t2.parameter({2, 4}, ramp(8, -1.0f, 0.5f));  // dx needs the weight
+  T l = sum(gelu(lin(in)));
+  lin.parameter("weight").mutable_data<float>()[0] = 2.0f;
+  CHECK_THROWS_WITH(t2.backward(l), REMAT_CONTAINS("the parameter 'weight' of shape [4, 3]"));
 }
 
 // ---- 6. broadcasting ------------------------------------------------------------------------

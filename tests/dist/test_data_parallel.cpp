@@ -192,3 +192,29 @@ TEST_CASE("DataParallel: bad set-ups are errors", "[dist]") {
   REQUIRE_THROWS_WITH(dist::DataParallel<Cpu>(tape, std::vector<T>{p, p}, comm),
                       REMAT_CONTAINS("listed twice"));
 }
+
+TEST_CASE("PairwiseSum: the canonical order at every count, including odd ones", "[dist]") {
+  // With 2 or 4 summands a reversed order gives the same bits (a + b == b + a); only odd
+  // counts and uneven trees tell the order apart, so each count is checked against the tree
+  // NOTE [reduction order] writes out, on values whose sum depends on it.
+  const std::vector<float> g = {1e8f, -1e8f, 3.25f, 1.0f / 3.0f, 0.1f, 7.5e7f, -7.5e7f};
+  const auto add = [](float a, float b) { return a + b; };
+  const auto sum_of = [&](std::size_t n) {
+    dist::PairwiseSum<float> s;
+    for (std::size_t i = 0; i < n; ++i) s.push(g[i], add);
+    return s.finish(add);
+  };
+  const auto bits = [](float f) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  volatile float g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3], g4 = g[4], g5 = g[5], g6 = g[6];
+  CHECK(bits(sum_of(3)) == bits((g0 + g1) + g2));
+  CHECK(bits(sum_of(5)) == bits(((g0 + g1) + (g2 + g3)) + g4));
+  CHECK(bits(sum_of(6)) == bits(((g0 + g1) + (g2 + g3)) + (g4 + g5)));
+  CHECK(bits(sum_of(7)) == bits(((g0 + g1) + (g2 + g3)) + ((g4 + g5) + g6)));
+  // The order matters for these values: the same summands the other way round differ.
+  CHECK(bits(sum_of(3)) != bits((g2 + g1) + g0));
+  CHECK(bits(sum_of(5)) != bits(((g4 + g3) + (g2 + g1)) + g0));
+}

@@ -28,6 +28,41 @@ TEST_CASE("elementwise ops match finite differences, with trailing broadcast", "
   gradcheck(tape, [](const V& x) { return -x[0]; }, {a});
 }
 
+TEST_CASE("ops with operands that need no gradient: the others' gradients match finite "
+          "differences", "[ops][grad]") {
+  // Each operand in turn is a constant (no gradient): a backward that wrote into the missing
+  // gradient, or read it, or mixed up which one is missing, fails here.
+  Tape<Cpu> tape;
+  auto a = param(tape, {3, 4, 5}, 11), b = param(tape, {3, 4, 5}, 12, 0.3f, 2.0f);
+  auto row = param(tape, {4, 5}, 13, 0.3f, 2.0f);
+  const auto konst = [](const T& t) { return detach(t); };
+  for (int which = 0; which < 2; ++which) {
+    INFO("operand " << which << " is a constant");
+    const auto two = [&](const T& x, const T& y) { return which == 0 ? V{konst(x), y} : V{x, konst(y)}; };
+    gradcheck(tape, [](const V& x) { return x[0] * x[1]; }, two(a, b));
+    gradcheck(tape, [](const V& x) { return x[0] / x[1]; }, two(a, b));
+    gradcheck(tape, [](const V& x) { return x[0] - x[1]; }, two(a, b));
+    gradcheck(tape, [](const V& x) { return x[0] * x[1]; }, two(a, row));  // broadcast
+    gradcheck(tape, [](const V& x) { return x[1] / x[0]; }, two(b, row));
+    auto m = param(tape, {3, 4}, 14), n = param(tape, {4, 5}, 15);
+    gradcheck(tape, [](const V& x) { return matmul(x[0], x[1]); }, two(m, n));
+    auto x3 = param(tape, {2, 3, 4}, 16), w3 = param(tape, {4, 5}, 17), b3 = param(tape, {5}, 18);
+    gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2]); },
+              which == 0 ? V{konst(x3), w3, b3} : V{x3, konst(w3), b3});
+    auto lx = param(tape, {2, 3, 8}, 19), lw = param(tape, {8}, 20, 0.5f, 1.0f), lb = param(tape, {8}, 21);
+    gradcheck(tape, [](const V& v) { return layer_norm(v[0], v[1], v[2]); },
+              which == 0 ? V{konst(lx), lw, lb} : V{lx, konst(lw), konst(lb)});
+  }
+  auto q = param(tape, {2, 2, 5, 4}, 22), k = param(tape, {2, 2, 5, 4}, 23), v = param(tape, {2, 2, 5, 4}, 24);
+  for (int c = 0; c < 3; ++c) {  // one of q, k, v constant
+    V in{q, k, v};
+    in[static_cast<std::size_t>(c)] = konst(in[static_cast<std::size_t>(c)]);
+    gradcheck(tape, [](const V& x) { return attention(x[0], x[1], x[2], true); }, in);
+  }
+  gradcheck(tape, [](const V& x) { return concat(V{x[0], x[1]}, 1); },
+            V{konst(param(tape, {2, 3, 4}, 25)), param(tape, {2, 5, 4}, 26)});
+}
+
 TEST_CASE("matmul matches finite differences: 2-D, batched, shared and transposed",
           "[ops][grad]") {
   Tape<Cpu> tape;

@@ -7,35 +7,54 @@
 // NOTE [checkpoint semantics]
 // 1. Forward runs fn with recording off: no interior op records a node, so no interior Saved
 //    outlives its op. The tape records one "checkpoint" node: inputs, outputs, a copy of fn, the
-//    RNG seed and counter at the start, the first run's op trace, and the outputs the policy kept.
+//    RNG seed and counter at the start, the first run's op trace, the outputs the policy kept,
+//    and what fn read from outside (NOTE [captured tensors]).
 // 2. Backward at that node restores the RNG seed and counter (then puts the caller's back), replays fn on aliases of the inputs into a
 //    scratch range of the tape, checks the replay against the first run (every op's kind, shape
 //    and dtype; with verify_values also its bytes), backpropagates through the scratch range and
-//    frees it at once. Captured parameters get their gradients directly; so do the inputs: the
-//    replay's aliases of them share their real gradient buffers (NOTE 9).
-// 3. fn must be pure in its inputs and captured parameters. The replay check catches state that
-//    changes between the two runs (a cache, a counter) and names the first op that differs.
+//    frees it at once. Captured parameters get their gradients directly; so do the inputs and
+//    captured recorded tensors: the replay's stand-ins for them share their real gradient
+//    buffers (NOTE 9).
+// 3. fn must be pure in its inputs and captured tensors. The replay check catches state that
+//    changes between the two runs (a cache, a counter) and names the first op that differs; an
+//    in-place write to anything fn read (optimizer.step(), loading weights, mutable_data())
+//    between the forward pass and backward is an error naming the tensor and the first op that
+//    read it (NOTE [version counter] in core/storage.hpp).
 // 4. A checkpoint inside another segment's first run is a plain call; it becomes a segment of
 //    its own while the outer one replays, so the innermost segment owns its saved tensors.
 // 5. Under NoGrad, or when nothing inside needs a gradient, checkpoint() is a plain call.
 // 6. Dropout needs no stashed state: its masks are a function of (seed, counter), and the
 //    replay starts from the same seed and counter, so it draws the same masks on every backend,
 //    even when tape.set_seed() was called between the forward pass and backward.
-// 7. Tensors leave a segment through its outputs only. One made inside that escapes through a
-//    capture has no gradient path (nothing inside was recorded): an op that takes it while a
-//    gradient is wanted raises an error naming the segment and the op (NOTE [escaped tensors]
-//    in core/tape.hpp). Under NoGrad, or after remat::detach(), it is an ordinary constant.
+// 7. Tensors should leave a segment through its outputs. One made inside that leaves through a
+//    capture (then used by an op outside, returned by another segment, or a loss) is adopted by
+//    the tape as an extra output of the segment, so its gradient flows as in the plain run;
+//    where that cannot be (the segment's node is gone, or a checkpoint nested inside made it)
+//    the op raises an error naming the segment (NOTE [escaped tensors] in core/tape.hpp).
+//    Under NoGrad, or after remat::detach(), it is an ordinary constant.
 // 8. The ledger row of a segment (segment_table) is keyed by its name, the type of fn (its
-//    call site) and its place among same-keyed segments of the graph, never by creation order.
+//    call site) and its place among same-keyed segments of the graph (numbered from 0 again
+//    after each backward), never by creation order.
 // 9. Bit for bit for every graph (CPU, same thread count): the replay adds each gradient into
-//    the buffer the plain run adds it into, in the plain run's order. The aliases the replay
-//    starts from use the inputs' real gradient buffers (slot or leaf grad), which already hold
-//    what ops after the segment added; so a skip connection across the segment, an input
-//    passed twice, and weights shared by micro-batches (captured or passed as inputs) sum in
-//    the plain order. An output that fn returns unchanged (an input, or a captured tensor that
-//    requires grad) passes through unrecorded, so its consumers add into its own gradient as
-//    in the plain run. Tested in tests/checkpoint/test_bitwise_graphs.cpp; no known exception.
+//    the buffer the plain run adds it into, in the plain run's order. The stand-ins the replay
+//    starts from use the real gradient buffers (slot or leaf grad) of the inputs and of the
+//    captured recorded tensors, which already hold what ops after the segment added; so a skip
+//    connection across the segment, an input passed twice, a tensor computed once and captured
+//    by every segment (a weight-norm or LoRA merge), and weights shared by micro-batches
+//    (captured or passed as inputs) sum in the plain order. An output that fn returns unchanged
+//    (an input, or a captured tensor that requires grad) passes through unrecorded, so its
+//    consumers add into its own gradient as in the plain run; a tensor returned twice is one
+//    recorded output with one gradient slot. Tested in tests/checkpoint/test_bitwise_graphs.cpp.
+//
+// NOTE [captured tensors]: what fn reads without taking it as an input is found in the first
+// run (core/apply.hpp, note_outside_reads): every buffer read from outside, with its version
+// (checked before the replay, NOTE 3), and the recorded tensors among them (made by ops outside
+// the segment, e.g. s = w * 2 computed once per step). Those become extra inputs of the node,
+// so backward reaches their producers (without that, w.grad stayed undefined), and in the
+// replay an op that takes one records it against a stand-in whose gradient buffer is its slot.
+// Captured leaves (parameters, constants) need nothing: ops add into a leaf's own gradient.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -144,6 +163,7 @@ struct CheckpointBody final : NodeBody<B> {
   ~CheckpointBody() override {
     if (!retained) return;
     for (const auto& t : inputs) t.storage()->release_saved();
+    for (const auto& t : captured) t.storage()->release_saved();
     for (const auto& k : kept) k.second.storage()->release_saved();
     for (const auto& k : kept_state)
       k.second->each([](const Tensor<B>& t) {
@@ -163,6 +183,7 @@ struct CheckpointBody final : NodeBody<B> {
     };
     st.boundary_bytes = st.kept_bytes = 0;
     for (const auto& t : inputs) hold(t, st.boundary_bytes);
+    for (const auto& t : captured) hold(t, st.boundary_bytes);
     for (const auto& k : kept) hold(k.second, st.kept_bytes);
     for (const auto& k : kept_state)  // parameters in a kept state are not activations
       k.second->each([&](const Tensor<B>& t) {
@@ -180,25 +201,28 @@ struct CheckpointBody final : NodeBody<B> {
     return detail::cat("segment ", id, opt.name().empty() ? "" : " ('" + opt.name() + "')");
   }
 
+  void add_escaped_output(std::int64_t op) override { escaped_ops.push_back(op); }
+
   void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
                 std::vector<Tensor<B>>& dinp) override {
+    check_versions();
     const double t0 = seconds_now();
     // Replay from aliases of the boundary inputs (leaves of the scratch range) whose gradient
     // buffer *is* the input's real gradient (its slot, or the leaf's grad): the interior adds
     // into it in the plain run's order, after what the ops past the segment added, so the
-    // sums are bitwise the plain run's (NOTE [checkpoint semantics] 9).
+    // sums are bitwise the plain run's (NOTE [checkpoint semantics] 9). Captured recorded
+    // tensors get such stand-ins too, which the tape substitutes when an op records.
     std::array<Tensor<B>, N> in;
-    for (std::size_t i = 0; i < N; ++i) {
-      in[i] = detail::alias(inputs[i], inputs[i].shape());
-      in[i].impl()->requires_grad = dinp[i].defined();
-      if (dinp[i].defined()) in[i].impl()->grad = dinp[i].storage();
-    }
+    for (std::size_t i = 0; i < N; ++i) in[i] = stand_in(inputs[i], dinp[i]);
     SegmentFrame<B> frame;
     frame.mode = FrameMode::replay;
     frame.hash_values = opt.verify_values();
     frame.trace = &trace;
     frame.kept = &kept;
     frame.kept_state = &kept_state;
+    frame.adopted = &escaped_ops;
+    for (std::size_t j = 0; j < captured.size(); ++j)
+      frame.stand_ins.emplace_back(captured[j].impl(), stand_in(captured[j], dinp[N + j]).impl_ptr());
     // The stream of the first run: its seed and counter (the caller may have changed either).
     const std::uint64_t seed_after = tape.seed(), rng_after = tape.rng_offset();
     tape.set_seed(rng_seed);
@@ -231,29 +255,60 @@ struct CheckpointBody final : NodeBody<B> {
     check_outputs(outs, frame.mismatch);
 
     // Seed the replayed outputs with the gradients that reached the segment, then backprop.
-    // douts has one gradient per recorded output; pass-through outputs were not recorded.
-    std::size_t k = 0;
-    for (std::size_t o = 0; o < outs.size(); ++o) {
-      if (passthrough[o]) continue;
-      const std::size_t d = k++;
-      const Tensor<B>& r = *outs[o];
-      if (!r.requires_grad()) continue;  // it depends on nothing that needs a gradient
+    // douts has one gradient per distinct recorded output (out_slot), then one per escaped
+    // tensor adopted since (escaped_ops); pass-through outputs were not recorded.
+    const auto seed = [&](const Tensor<B>& r, const Tensor<B>& d) {
+      if (!r.requires_grad()) return;  // it depends on nothing that needs a gradient
       if (!r.is_leaf()) {
         Tensor<B>& slot = tape.grad_slots()[static_cast<std::size_t>(r.impl()->id)];
         if (!slot.defined())
-          slot = douts[d];
+          slot = d;
         else
-          B::add_into(slot.template data<float>(), douts[d].template data<float>(), douts[d].numel());
+          B::add_into(slot.template data<float>(), d.template data<float>(), d.numel());
       } else {
         Tensor<B> g = tape.leaf_grad(r.impl_ptr());
-        B::add_into(g.template data<float>(), douts[d].template data<float>(), douts[d].numel());
+        B::add_into(g.template data<float>(), d.template data<float>(), d.numel());
       }
+    };
+    std::size_t slots = 0;
+    for (std::size_t o = 0; o < outs.size(); ++o)
+      if (out_slot[o] == static_cast<int>(slots)) seed(*outs[o], douts[slots++]);
+    for (std::size_t j = 0; j < escaped_ops.size(); ++j) {
+      auto r = frame.adopted_out.find(escaped_ops[j]);
+      REMAT_CHECK(r != frame.adopted_out.end(), "remat::checkpoint: replay of ", label(),
+                  " did not run op ", escaped_ops[j], ", whose output escaped the first pass"
+                  " and took a gradient", frame.mismatch.empty() ? "" : "; " + frame.mismatch);
+      seed(r->second, douts[slots + j]);
     }
     tape.run_backward(begin);  // the inputs' gradients are already in dinp
     SegmentStats& st = tape.segment_stats(id);
     st.replays += 1;
     st.remat_bytes = frame.remat_bytes;
     st.replay_s += replay_s;
+  }
+
+  /// A leaf over t's storage for the replay to start from, whose gradient buffer is `grad`
+  /// (the real one of the tensor it stands for); no gradient when `grad` is undefined.
+  static Tensor<B> stand_in(const Tensor<B>& t, const Tensor<B>& grad) {
+    Tensor<B> a = detail::alias(t, t.shape());
+    a.impl()->requires_grad = grad.defined();
+    if (grad.defined()) a.impl()->grad = grad.storage();
+    return a;
+  }
+
+  /// NOTE [version counter]: what the first run read from outside must be as it was then.
+  void check_versions() const {
+    for (const SegmentRead<B>& r : reads) {
+      const std::shared_ptr<Storage<B>> st = r.storage.lock();
+      if (!st || st->version() == r.version) continue;  // gone: nothing can read it any more
+      throw Error(detail::cat(
+          "remat::checkpoint: ", label(), " read ", detail::describe_tensor(r.name, r.shape, r.category),
+          " (first in op ", r.op, ", ", r.op_name, ") in its forward pass, and it was modified in "
+          "place before backward (version ", r.version, ", now ", st->version(), "): the replay "
+          "would compute other values than the forward pass did. Hint: write tensors "
+          "(optimizer.step(), loading weights) only after backward(), or run the forward pass "
+          "again after the write"));
+    }
   }
 
   void check_outputs(const std::vector<Tensor<B>*>& outs, const std::string& first_diff) const {
@@ -266,6 +321,14 @@ struct CheckpointBody final : NodeBody<B> {
     for (std::size_t o = 0; o < outs.size(); ++o) {
       REMAT_CHECK(outs[o]->defined(), "remat::checkpoint: replay of ", label(), " returned an "
                   "undefined tensor as output ", o, where, hint);
+      int first = -1;  // the first earlier output that is this same tensor in the replay
+      for (std::size_t p = 0; p < o && first < 0; ++p)
+        if (outs[p]->impl() == outs[o]->impl()) first = static_cast<int>(p);
+      REMAT_CHECK(first == same_as[o], "remat::checkpoint: replay of ", label(), " returned ",
+                  first < 0 ? "a new tensor" : detail::cat("output ", first, " again"),
+                  " as output ", o, ", the forward pass ",
+                  same_as[o] < 0 ? "a new tensor" : detail::cat("output ", same_as[o], " again"),
+                  where, hint);
       REMAT_CHECK(outs[o]->shape() == out_meta[o].first && outs[o]->dtype() == out_meta[o].second,
                   "remat::checkpoint: replay of ", label(), " produced output ", o,
                   " with shape ", outs[o]->shape().str(), " ", dtype_name(outs[o]->dtype()),
@@ -286,7 +349,12 @@ struct CheckpointBody final : NodeBody<B> {
   std::map<std::int64_t, Tensor<B>> kept;
   std::map<std::int64_t, std::shared_ptr<KeptState<B>>> kept_state;  // Policy::keep_state
   std::vector<std::pair<Shape, DType>> out_meta;
-  std::vector<char> passthrough;  // per output: made outside fn (an input, a captured leaf)
+  // Per output: which of the node's recorded outputs it is (-1: it passes through unrecorded,
+  // NOTE 9), and the first earlier output that is the same tensor (-1: none).
+  std::vector<int> out_slot, same_as;
+  std::vector<Tensor<B>> captured;      // recorded tensors fn read from outside (node inputs N..)
+  std::vector<SegmentRead<B>> reads;    // what fn read from outside, with versions
+  std::vector<std::int64_t> escaped_ops;  // ops whose escaped outputs the tape adopted
   bool retained = false;
 };
 
@@ -325,6 +393,9 @@ auto checkpoint(const CheckpointOptions& opt, Fn&& fn, const Tensor<B>& first,
   frame.trace = &body->trace;
   frame.kept = &body->kept;
   frame.kept_state = &body->kept_state;
+  for (const auto& t : in) frame.boundary.push_back(t.impl());
+  frame.captured = &body->captured;
+  frame.reads = &body->reads;
   Out out = [&] {
     detail::FrameGuard<B> guard(tape, &frame);
     std::array<Tensor<B>, N> args = in;
@@ -337,29 +408,56 @@ auto checkpoint(const CheckpointOptions& opt, Fn&& fn, const Tensor<B>& first,
   SegmentStats& st = tape.segment_stats(id);
   st.forwards += 1;
   st.freed_bytes = frame.freed_bytes;
-  if (!frame.touched_grad) return out;  // nothing inside needs a gradient (NOTE 5)
-  std::vector<Tensor<B>*> recorded;
   for (std::size_t o = 0; o < outs.size(); ++o) {
     REMAT_CHECK(outs[o]->defined() && &outs[o]->tape() == &tape, "remat::checkpoint: output ", o,
                 " is undefined or belongs to another tape");
+    // A tensor that escaped another segment, returned unchanged (NOTE [escaped tensors]).
+    if (outs[o]->impl()->first_run_serial != frame.serial)
+      tape.adopt_escaped("checkpoint (as an output)", o, *outs[o]);
+  }
+  if (!frame.touched_grad) return out;  // nothing inside needs a gradient (NOTE 5)
+  // NOTE 9: an output that requires grad was not made by fn (an input, a captured tensor that
+  // requires grad; nothing inside records) and passes through unrecorded, so its consumers add
+  // into its own gradient, as in the plain run. Every other output is recorded once however
+  // often fn returns it, so its consumers share one gradient slot, as in the plain run. A
+  // tensor fn made is recorded itself (a capture of it is then no escape); a constant from
+  // outside that fn returns is recorded through an alias, so the constant stays a leaf.
+  std::vector<const TensorImpl<B>*> returned;  // what fn returned (before any alias)
+  for (const Tensor<B>* t : outs) returned.push_back(t->impl());
+  std::vector<Tensor<B>*> recorded;
+  std::vector<const TensorImpl<B>*> made;  // per recorded output: the tensor fn returned
+  for (std::size_t o = 0; o < outs.size(); ++o) {
     body->out_meta.emplace_back(outs[o]->shape(), outs[o]->dtype());
-    // An output that fn did not make (an input or a captured tensor that requires grad,
-    // returned as it is; nothing inside records, so only those require grad) passes through
-    // unrecorded: its consumers add into its own gradient, as in the plain run (NOTE 9).
-    const bool through = outs[o]->requires_grad();
-    body->passthrough.push_back(through ? 1 : 0);
-    if (through) continue;
-    // Fresh handles over the same storage: an output may be another output, and recording
-    // must not give one tensor two gradient slots.
-    Tensor<B> a = detail::alias(*outs[o], outs[o]->shape());
-    a.impl()->name = outs[o]->name();
-    *outs[o] = a;
-    recorded.push_back(outs[o]);
+    const auto same = std::find(returned.begin(), returned.begin() + static_cast<std::ptrdiff_t>(o),
+                                returned[o]);
+    body->same_as.push_back(same == returned.begin() + static_cast<std::ptrdiff_t>(o)
+                                ? -1 : static_cast<int>(same - returned.begin()));
+    if (outs[o]->requires_grad()) {
+      body->out_slot.push_back(-1);
+      continue;
+    }
+    auto slot = std::find(made.begin(), made.end(), returned[o]);
+    if (slot == made.end()) {
+      made.push_back(returned[o]);
+      if (outs[o]->impl()->first_run_serial != frame.serial) {
+        Tensor<B> a = detail::alias(*outs[o], outs[o]->shape());
+        a.impl()->name = outs[o]->name();
+        *outs[o] = a;
+      }
+      recorded.push_back(outs[o]);
+      body->out_slot.push_back(static_cast<int>(recorded.size()) - 1);
+    } else {
+      const int k = static_cast<int>(slot - made.begin());
+      *outs[o] = *recorded[static_cast<std::size_t>(k)];  // the alias, if one was made
+      body->out_slot.push_back(k);
+    }
   }
   if (recorded.empty()) return out;  // every output passes through: no gradient flows inside
   body->retain(st);
+  body->frame_serial = frame.serial;
   std::vector<const Tensor<B>*> ins;
   for (const auto& t : in) ins.push_back(&t);
+  for (const auto& t : body->captured) ins.push_back(&t);
   tape.record("checkpoint", ins, recorded, std::move(body));
   return out;
 }

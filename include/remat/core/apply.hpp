@@ -37,6 +37,7 @@ struct OpBody final : NodeBody<B> {
     saved.each([&](const Tensor<B>& t) {
       if (!t.defined()) return;
       t.storage()->retain_saved();
+      versions.push_back(t.storage()->version());
       if (seen.insert(t.storage().get()).second) this->saved_bytes += t.storage()->bytes();
     });
   }
@@ -47,10 +48,44 @@ struct OpBody final : NodeBody<B> {
   }
   void backward(Tape<B>&, const std::vector<Tensor<B>>& douts,
                 std::vector<Tensor<B>>& dinp) override {
+    std::size_t k = 0;  // NOTE [version counter]: what was saved must not have been written since
+    saved.each([&](const Tensor<B>& t) {
+      if (!t.defined()) return;
+      const std::uint64_t then = versions[k++];
+      REMAT_CHECK(t.storage()->version() == then, "remat::Tape::backward: op ", Op::name,
+                  " saved ", describe_tensor(t), " for its backward, and it was modified in place "
+                  "after the forward pass (version ", then, ", now ", t.storage()->version(),
+                  "): the gradient would be computed from the new values. Hint: write tensors "
+                  "(optimizer.step(), loading weights) only after backward(), or run the forward "
+                  "pass again after the write");
+    });
     Op::backward(saved, douts[0], dinp);
   }
   Saved saved;
+  std::vector<std::uint64_t> versions;  // of the saved tensors' storages, in each() order
 };
+
+/// Notes what an op in a segment's first run reads from outside the segment (NOTE [captured
+/// tensors] in checkpoint/checkpoint.hpp): each buffer once, with its version; and the recorded
+/// tensors it takes that are not the segment's inputs.
+template <class B, class Range>
+void note_outside_reads(SegmentFrame<B>& first, const char* op, std::int64_t index,
+                        const Range& in) {
+  for (const Tensor<B>& t : in) {
+    if (t.impl()->first_run_serial == first.serial) continue;  // made inside
+    const Storage<B>* raw = t.storage().get();
+    bool seen = false;
+    for (const SegmentRead<B>& r : *first.reads) seen = seen || r.raw == raw;
+    if (!seen)
+      first.reads->push_back(SegmentRead<B>{t.storage(), raw, t.storage()->version(), t.shape(),
+                                            t.category(), t.name(), index, op});
+    if (t.is_leaf() || !t.requires_grad()) continue;
+    bool known = false;
+    for (const TensorImpl<B>* b : first.boundary) known = known || b == t.impl();
+    for (const Tensor<B>& c : *first.captured) known = known || c.impl() == t.impl();
+    if (!known) first.captured->push_back(t);
+  }
+}
 
 /// The tape all inputs share; throws on undefined inputs or inputs from different tapes.
 template <class B, class Range>
@@ -67,7 +102,7 @@ Tape<B>& common_tape(const char* op, const Range& in) {
   }
   REMAT_ASSERT(tape != nullptr);
   i = 0;
-  for (const Tensor<B>& t : in) tape->check_not_escaped(op, i++, t);  // NOTE [escaped tensors]
+  for (const Tensor<B>& t : in) tape->adopt_escaped(op, i++, t);  // NOTE [escaped tensors]
   return *tape;
 }
 
@@ -132,6 +167,10 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
   auto& frames = tape.frames();
   SegmentFrame<B>& top = *frames.back();
   const std::int64_t index = top.count;
+  SegmentFrame<B>* first = nullptr;  // the segment in its first run, if any (at most one)
+  for (auto* f : frames)
+    if (f->mode == FrameMode::first_run) first = f;
+  if (first) note_outside_reads(*first, Op::name, first->count, in);
   typename Op::template Saved<B> saved{};
   Tensor<B> out;
   bool from_cache = false;
@@ -171,13 +210,13 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
         if (t.defined() && t.category() == Category::temporaries) f->count_saved(t.storage());
       });
   }
-  if (needs)  // the innermost segment in its first run owns the tensor (NOTE [escaped tensors])
-    for (auto f = frames.rbegin(); f != frames.rend(); ++f)
-      if ((*f)->mode == FrameMode::first_run) {
-        out.impl()->first_run_serial = (*f)->serial;
-        out.impl()->first_run_label = (*f)->label;
-        break;
-      }
+  if (first) {  // the segment in its first run owns the tensor (NOTE [escaped tensors])
+    out.impl()->first_run_serial = first->serial;
+    out.impl()->first_run_label = first->label;
+  }
+  if (top.mode == FrameMode::replay && top.adopted)  // an output that escaped the first run
+    for (std::int64_t k : *top.adopted)
+      if (k == index) top.adopted_out[index] = out;
   if (top.mode == FrameMode::first_run) {
     out.impl()->segment_op = index;
     out.impl()->segment_serial = top.serial;

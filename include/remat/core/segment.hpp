@@ -102,6 +102,20 @@ struct KeptStateOf final : KeptState<B> {
   Saved saved;
 };
 
+/// A tensor a segment's function read from outside (an input, a captured parameter or
+/// constant, a captured recorded tensor) and the version it had then (NOTE [version counter]).
+template <class B>
+struct SegmentRead {
+  std::weak_ptr<Storage<B>> storage;
+  const Storage<B>* raw = nullptr;  // the same, for finding it again during the first run
+  std::uint64_t version = 0;
+  Shape shape;
+  Category category = Category::temporaries;
+  std::string name;      // its tag (remat::tag), if any
+  std::int64_t op = 0;   // the first op of the segment that read it ...
+  const char* op_name = "";  // ... and its kind
+};
+
 template <class B>
 struct SegmentFrame {
   FrameMode mode = FrameMode::plain;
@@ -117,6 +131,19 @@ struct SegmentFrame {
   std::int64_t freed_bytes = 0;              // first run: bytes the ops would have saved
   std::int64_t remat_bytes = 0;              // replay: bytes of recomputed outputs
   std::string mismatch;                      // replay: the first op that differs, described
+  // First run (NOTE [captured tensors] in checkpoint/checkpoint.hpp): the segment's inputs; the
+  // recorded tensors made outside that the function read without taking them as inputs, in the
+  // order of first use; and everything read from outside, with its version.
+  std::vector<const TensorImpl<B>*> boundary;
+  std::vector<Tensor<B>>* captured = nullptr;
+  std::vector<SegmentRead<B>>* reads = nullptr;
+  // Replay: leaves that stand in for the captured recorded tensors (their gradient buffers are
+  // the captured tensors' own slots), looked up by the tape when an op records.
+  std::vector<std::pair<const TensorImpl<B>*, std::shared_ptr<TensorImpl<B>>>> stand_ins;
+  // Replay: the ops whose outputs escaped the first run and were adopted as extra outputs
+  // (NOTE [escaped tensors] in core/tape.hpp), and their outputs in this replay.
+  const std::vector<std::int64_t>* adopted = nullptr;
+  std::map<std::int64_t, Tensor<B>> adopted_out;
   std::set<std::weak_ptr<Storage<B>>, std::owner_less<std::weak_ptr<Storage<B>>>> counted;
 
   /// Notes the op that made `out` at this frame's next index.

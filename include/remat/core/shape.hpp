@@ -77,15 +77,18 @@ class Shape {
       if (dims_[static_cast<std::size_t>(i)] < 0) return false;
     return true;
   }
-  /// True when numel() of the non-negative dimensions, times 8 bytes an element, fits in int64.
+  /// True when the product of the positive dimensions, times 8 bytes an element, fits in int64.
+  /// A zero dimension does not excuse the others (and the answer does not depend on the order
+  /// of the dimensions): the products of sub-ranges that ops compute (outer, inner sizes) of
+  /// a [0, 2^62] tensor would overflow as those of [2^62, 0] would.
   bool numel_fits() const noexcept {
     constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max() / 8;
     std::int64_t n = 1;
     for (int i = 0; i < rank_; ++i) {
       const std::int64_t d = dims_[static_cast<std::size_t>(i)];
-      if (d == 0) return true;
-      if (d > 0 && n > kMax / d) return false;
-      if (d > 0) n *= d;
+      if (d <= 0) continue;
+      if (n > kMax / d) return false;
+      n *= d;
     }
     return true;
   }

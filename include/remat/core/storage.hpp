@@ -37,6 +37,15 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   void* data() const noexcept { return ptr_; }
+
+  // NOTE [version counter]: every write into an existing buffer that the library makes in place
+  // (an optimizer step, loading weights or a snapshot, Tensor::mutable_data) bumps its version.
+  // A recorded op notes the versions of what it saved, a checkpoint segment those of every
+  // tensor its function read from outside; backward compares them and names the tensor and the
+  // op when one was written since, instead of computing a gradient from the new values.
+  // Ops never write into a buffer they did not just make, so they need no bump.
+  std::uint64_t version() const noexcept { return version_; }
+  void bump_version() noexcept { ++version_; }
   std::size_t bytes() const noexcept { return bytes_; }
   Category category() const noexcept { return category_; }
 
@@ -67,6 +76,7 @@ class Storage {
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
   Category category_;
+  std::uint64_t version_ = 0;
   int saved_refs_ = 0;
   bool promoted_ = false;
 };

@@ -62,6 +62,10 @@ struct NodeBody {
                         std::vector<Tensor<B>>& dinp) = 0;
   std::size_t saved_bytes = 0;  // distinct bytes this node keeps alive for backward
   bool segment = false;         // a checkpoint segment: its replayed interior adds the gradients
+  std::uint64_t frame_serial = 0;  // a segment: the serial of its first run's frame
+  /// A segment: the output of its op `op` escaped the first run and became an extra output of
+  /// this node (NOTE [escaped tensors]); the replay hands that op's new output its gradient.
+  virtual void add_escaped_output(std::int64_t op) { (void)op; }
 };
 
 /// Watches the parameters' gradients of a graph (remat/dist/data_parallel.hpp reduces each one
@@ -199,7 +203,7 @@ class Tape {
     REMAT_CHECK(loss.defined(), "remat::Tape::backward: loss is an undefined tensor");
     REMAT_CHECK(&loss.tape() == this, "remat::Tape::backward: loss belongs to another tape "
                 "(hint: call backward on the tape that recorded the loss)");
-    check_not_escaped("Tape::backward", 0, loss);
+    adopt_escaped("Tape::backward", 0, loss);
     REMAT_CHECK(loss.requires_grad(), "remat::Tape::backward: loss of shape ", loss.shape().str(),
                 " does not require grad: nothing that requires grad contributed to it (was it "
                 "computed under NoGrad, or from inputs only?)");
@@ -265,10 +269,12 @@ class Tape {
       graph.clear();
       drop_from(kept);  // a replay that threw leaves its scratch range
       for (TensorId id : need_ids(need)) grads_[static_cast<std::size_t>(id)] = Tensor<B>();
+      seen_segments_.clear();
       prune();
       throw;
     }
     in_backward_ = false;
+    seen_segments_.clear();  // the next graph numbers its segments from 0 (segment_row)
     prune();
   }
 
@@ -307,10 +313,18 @@ class Tape {
   // ---- checkpoint segments (core/segment.hpp, checkpoint/checkpoint.hpp) ---------------------
   /// True while a checkpoint segment runs (first run or replay).
   bool in_segment() const noexcept { return !frames_.empty(); }
-  /// NOTE [escaped tensors]: a tensor made inside a segment's first run, with a gradient
-  /// flowing into it, that reached the outside through a capture (not through the segment's
-  /// outputs). Ops there record nothing, so its gradient would be dropped without a word; the
-  /// ops raise instead. Returns the segment's label, or nullptr for any other tensor.
+  // NOTE [escaped tensors]: a tensor made inside a segment's first run, with a gradient flowing
+  // into it, that reached the outside other than through the segment's outputs (a capture by
+  // reference, then an op outside, a later segment's input or output, a loss). Nothing inside
+  // was recorded, so no gradient path leads to it; rather than drop its gradient, the tape
+  // adopts it, when an op outside first takes it with grad mode on, as an extra output of the
+  // segment's node: the replay then hands the same op's new output the gradient that reached
+  // it, after what the ops past the segment added, as in the plain run (bit for bit). It cannot
+  // be adopted, and the op raises an error naming the segment, when the segment's node has
+  // left the tape (backward consumed it) or never was recorded (no output needed a gradient),
+  // or when a checkpoint nested inside the segment made the tensor (its replay records it).
+  /// The label of the segment whose first run made t, when t escaped it (see the NOTE above)
+  /// and has not been adopted yet; nullptr for any other tensor.
   const std::string* escaped_from(const TensorImpl<B>& t) const {
     if (t.first_run_serial == 0 || t.requires_grad || !t.segment_grad || !t.first_run_label)
       return nullptr;
@@ -318,17 +332,35 @@ class Tape {
       if (f->serial == t.first_run_serial) return nullptr;  // still inside that segment
     return t.first_run_label.get();
   }
-  /// Throws when input i of op is an escaped tensor (NOTE [escaped tensors]) and a gradient
-  /// is wanted (grad mode on).
-  void check_not_escaped(const char* op, std::size_t i, const Tensor<B>& t) const {
+  /// Adopts input i of op as an extra output of its segment's node when it is an escaped tensor
+  /// and a gradient is wanted (grad mode on), or throws where it cannot (NOTE [escaped tensors]).
+  void adopt_escaped(const char* op, std::size_t i, const Tensor<B>& t) {
     if (!grad_enabled()) return;
-    const std::string* seg = escaped_from(*t.impl());
-    REMAT_CHECK(seg == nullptr, "remat::", op, ": input ", i, " (shape ", t.shape().str(),
-                ") was made inside ", *seg, " during its first run and left it through a "
-                "capture, not through its outputs; no gradient can flow back through the "
-                "segment's unrecorded interior, so this op would silently drop it. Hint: return "
-                "the tensor from the checkpointed function (outputs may be a tuple or vector), "
-                "use remat::detach() if it needs no gradient, or run this op under NoGrad");
+    TensorImpl<B>& ti = *t.impl();
+    const std::string* seg = escaped_from(ti);
+    if (seg == nullptr) return;
+    Node<B>* owner = nullptr;
+    for (auto n = nodes_.rbegin(); n != nodes_.rend() && !owner; ++n)
+      if (n->body && n->body->frame_serial == ti.first_run_serial) owner = &*n;
+    const bool nested = ti.segment_serial != ti.first_run_serial || ti.segment_op < 0;
+    REMAT_CHECK(owner && !nested, "remat::", op, ": input ", i, " (shape ", t.shape().str(),
+                ") was made inside ", *seg, " during its first run and left it through a capture, "
+                "not through its outputs, and ",
+                nested ? "a checkpoint nested inside that segment made it"
+                       : "the segment's node is not on the tape (backward() consumed it, or no "
+                         "output of the segment needed a gradient)",
+                ", so no gradient can flow back to it. Hint: return the tensor from the "
+                "checkpointed function (outputs may be a tuple or vector), use remat::detach() "
+                "if it needs no gradient, or run this op under NoGrad");
+    ti.requires_grad = true;
+    ti.id = static_cast<TensorId>(grads_.size());
+    ti.epoch = epoch_;
+    grads_.emplace_back();
+    owners_.push_back(t.impl_ptr());
+    live_.push_back(1);
+    owner->outputs.push_back(ti.id);
+    owner->output_shapes.push_back(ti.shape);
+    owner->body->add_escaped_output(ti.segment_op);
   }
   /// False while some enclosing segment runs its first (unrecorded) pass.
   bool recording() const noexcept { return unrecorded_ == 0; }
@@ -525,6 +557,14 @@ class Tape {
     in.shape = t.shape();
     in.dtype = t.dtype();
     if (!t.requires_grad()) return in;
+    // In a replay, a recorded tensor the segment captured sends its gradient to its stand-in
+    // (NOTE [captured tensors] in checkpoint/checkpoint.hpp); the innermost replay decides.
+    for (auto f = frames_.rbegin(); f != frames_.rend(); ++f)
+      for (const auto& [orig, leaf] : (*f)->stand_ins)
+        if (orig == t.impl()) {
+          if (leaf->requires_grad) in.leaf = leaf;
+          return in;
+        }
     if (t.is_leaf()) {
       in.leaf = t.impl_ptr();
     } else {

@@ -40,9 +40,10 @@ struct TensorImpl {
   bool segment_grad = false;     // a gradient would flow through this tensor
   std::int64_t segment_op = -1;  // index of the op that made it in the innermost segment
   std::uint64_t segment_serial = 0;  // ... and that segment frame's serial number
-  // The innermost segment in its first run when an op made this tensor (0: none), and its
-  // label: an op outside that segment must not take it while a gradient is needed, since no
-  // gradient path leads back through the segment's unrecorded interior (NOTE [escaped tensors]).
+  // The segment in its first run when an op made this tensor (0: none; at most one segment is
+  // in its first run at a time), and its label. A tensor that leaves the segment other than
+  // through its outputs has no recorded gradient path: the tape adopts it as an extra output of
+  // the segment's node, or raises an error (NOTE [escaped tensors] in core/tape.hpp).
   std::uint64_t first_run_serial = 0;
   std::shared_ptr<const std::string> first_run_label;
   // An i32 tensor made from host data (Tape::tokens): its smallest and largest element, so that
@@ -71,12 +72,22 @@ class Tensor {
   const std::string& name() const { return get().name; }
   Category category() const { return get().storage->category(); }
 
-  /// Backend pointer to the elements (a host pointer on the CPU backend).
+  /// Backend pointer to the elements (a host pointer on the CPU backend), for reading, and for
+  /// writing a tensor nothing has read yet. To write into a tensor that a recorded op or a
+  /// checkpoint segment may have read, use mutable_data(): backward then reports the write
+  /// instead of computing a gradient from the new values (NOTE [version counter]).
   template <class T>
   T* data() const {
     REMAT_CHECK(dtype_of<T>::value == dtype(), "remat::Tensor::data: element type is ",
                 dtype_name(dtype()), ", asked for ", dtype_name(dtype_of<T>::value));
     return static_cast<T*>(get().storage->data());
+  }
+  /// data() for an in-place write: bumps the storage's version (NOTE [version counter]).
+  template <class T>
+  T* mutable_data() const {
+    T* p = data<T>();
+    get().storage->bump_version();
+    return p;
   }
   const std::shared_ptr<Storage<B>>& storage() const { return get().storage; }
 
@@ -156,6 +167,20 @@ Tensor<B> alias(const Tensor<B>& t, const Shape& shape) {
   impl->known_lo = t.impl()->known_lo;  // the same elements
   impl->known_hi = t.impl()->known_hi;
   return Tensor<B>(std::move(impl));
+}
+
+/// "a parameter of shape [4, 8]", "the tensor 'qkv' of shape [2, 16, 96] (activations)": how
+/// errors name a tensor that the user holds no name for.
+inline std::string describe_tensor(const std::string& name, const Shape& shape, Category c) {
+  if (c == Category::parameters)
+    return name.empty() ? cat("a parameter of shape ", shape.str())
+                        : cat("the parameter '", name, "' of shape ", shape.str());
+  if (!name.empty()) return cat("the tensor '", name, "' of shape ", shape.str(), " (", category_name(c), ")");
+  return cat("a tensor of shape ", shape.str(), " (", category_name(c), ")");
+}
+template <class B>
+std::string describe_tensor(const Tensor<B>& t) {
+  return describe_tensor(t.name(), t.shape(), t.category());
 }
 
 /// The smallest and largest element of a non-empty i32 tensor: as recorded when it was made

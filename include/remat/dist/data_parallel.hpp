@@ -136,7 +136,7 @@ class DataParallel final : public GradObserver<B> {
                 "listed twice (expected each once)");
     check_ranks_agree();
     if (opt.broadcast_parameters && comm_.size() > 1)
-      for (auto& p : params_) comm_.broadcast(p.t.storage()->data(), p.t.bytes(), 0);
+      for (auto& p : params_) comm_.broadcast(p.t.template mutable_data<float>(), p.t.bytes(), 0);
     tape_.set_grad_observer(this);
   }
   DataParallel(Tape<B>& tape, const std::vector<Tensor<B>>& params, Comm& comm,

@@ -61,7 +61,7 @@ class ShardedAdamW {
       reqs[i]->wait();
       const float* all = static_cast<const float*>(gathered[i]->data());
       for (const auto& pc : dp_.bucket_pieces(b))
-        B::copy(pc.param.template data<float>(), all + pc.offset, pc.numel * 4);
+        B::copy(pc.param.template mutable_data<float>(), all + pc.offset, pc.numel * 4);
       gathered[i].reset();
       reqs[i].reset();
     };

@@ -41,13 +41,18 @@ class Module {
   }
 
  protected:
+  /// Registers t as `name`, which it also takes as its tensor name (errors name it so).
   Tensor<B> add_parameter(const std::string& name, Tensor<B> t) {
+    t.impl()->name = name;
     params_.emplace_back(name, t);
     return t;
   }
   template <class M>
   void add_module(const std::string& prefix, const M& child) {
-    for (const auto& p : child.named_parameters()) params_.emplace_back(prefix + "." + p.first, p.second);
+    for (const auto& p : child.named_parameters()) {
+      p.second.impl()->name = prefix + "." + p.first;
+      params_.emplace_back(prefix + "." + p.first, p.second);
+    }
   }
 
  private:

@@ -96,8 +96,8 @@ Tensor<B> apply_broadcast(const Tensor<B>& a, const Tensor<B>& b, math::BinaryKi
                           const char* op) {
   REMAT_CHECK(a.defined() && b.defined(), "remat::", op, ": input ", a.defined() ? 1 : 0,
               " is an undefined tensor (hint: was it assigned the result of an op?)");
-  a.tape().check_not_escaped(op, 0, a);  // NOTE [escaped tensors], under the op's own name
-  b.tape().check_not_escaped(op, 1, b);
+  a.tape().adopt_escaped(op, 0, a);  // NOTE [escaped tensors], under the op's own name
+  b.tape().adopt_escaped(op, 1, b);
   const Shape out = broadcast_shape(op, a.shape(), b.shape());
   const std::int64_t n = out.numel();
   if (n == 0 || (fits_kernel(a.shape(), out) && fits_kernel(b.shape(), out) &&

@@ -107,9 +107,10 @@ struct SliceOp {
     detail::check_f32("slice", "x", x);
     const int a = x.shape().axis(axis, "slice");
     s.n = x.shape()[a];
-    REMAT_CHECK(start >= 0 && len >= 0 && start + len <= s.n, "remat::slice: range [", start,
-                ", ", start + len, ") is outside axis ", a, " of shape ", x.shape().str(),
-                " (expected 0 <= start <= start + len <= ", s.n, ")");
+    // start + len may not fit int64 (slice(x, 1, INT64_MAX, 2)): compare without adding.
+    REMAT_CHECK(start >= 0 && len >= 0 && start <= s.n && len <= s.n - start, "remat::slice: "
+                "start ", start, " and length ", len, " are outside axis ", a, " of shape ",
+                x.shape().str(), " (expected 0 <= start <= start + len <= ", s.n, ")");
     auto y = detail::make_tensor<B>(&x.tape(), x.shape().with(a, len));
     save(s, y, x, axis, start, len);
     B::copy_block(y.template data<float>(), len, 0, x.template data<float>(), s.n, start, len,
@@ -214,10 +215,17 @@ template <class B> Tensor<B> slice(const Tensor<B>& x, int axis, std::int64_t st
 template <class B>
 std::vector<Tensor<B>> split(const Tensor<B>& x, int axis, const std::vector<std::int64_t>& sizes) {
   const int a = x.shape().axis(axis, "split");
+  // The running sum stays <= the axis length (< 2^60) before each addition of a size that is
+  // too, so it cannot overflow.
+  const std::int64_t n = x.shape()[a];
   std::int64_t total = 0;
-  for (auto s : sizes) total += s;
-  REMAT_CHECK(total == x.shape()[a], "remat::split: sizes add up to ", total, " but axis ", a,
-              " of ", x.shape().str(), " has ", x.shape()[a], " (expected equal)");
+  for (std::size_t i = 0; i < sizes.size() && total <= n; ++i) {
+    REMAT_CHECK(sizes[i] >= 0 && sizes[i] <= n, "remat::split: size ", i, " is ", sizes[i],
+                " for axis ", a, " of ", x.shape().str(), " (expected 0 <= size <= ", n, ")");
+    total += sizes[i];
+  }
+  REMAT_CHECK(total == n, "remat::split: sizes add up to ", total > n ? "more than " : "", total,
+              " but axis ", a, " of ", x.shape().str(), " has ", n, " (expected equal)");
   std::vector<Tensor<B>> out;
   std::int64_t at = 0;
   for (auto s : sizes) {

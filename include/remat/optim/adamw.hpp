@@ -58,7 +58,7 @@ class AdamW {
       auto g = p.grad();
       if (!g.defined()) continue;
       const auto [m, v] = moments(i);
-      B::adamw_update(p.template data<float>(), g.template data<float>(), m, v, p.numel(),
+      B::adamw_update(p.template mutable_data<float>(), g.template data<float>(), m, v, p.numel(),
                       opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2);
     }
   }

@@ -46,7 +46,7 @@ class SGD {
       auto g = p.grad();
       if (!g.defined()) continue;
       float* buf = opt_.momentum != 0.0f ? momentum_buffer(i) : nullptr;
-      B::sgd_update(p.template data<float>(), g.template data<float>(), buf, p.numel(), opt_.lr,
+      B::sgd_update(p.template mutable_data<float>(), g.template data<float>(), buf, p.numel(), opt_.lr,
                     opt_.momentum, opt_.weight_decay, opt_.nesterov, first[i]);
     }
   }
