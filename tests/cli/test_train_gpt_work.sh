@@ -196,5 +196,15 @@ st_edit "$DIR/h4.safetensors" "$DIR/boolparam.safetensors" \
 expect_early_error "a BOOL parameter is an error" "tensor 'h\.0\.ln_1\.bias' of .* has dtype BOOL \(expected F32, F16 or BF16: the model uses this tensor\)" \
   --threads 1 --batch 2 --seq 8 --steps 1 --json --init-from "$DIR/boolparam.safetensors"
 
+# ---- 7. A GPT-2 file missing a tensor, or with one under two names, is refused (issue 24: a
+# 3-layer file missing h.1.ln_1.weight trained as a 1-layer model)
+st_edit "$DIR/h4.safetensors" "$DIR/missing.safetensors" 'delete $h->{"h.0.ln_1.weight"};'
+expect_early_error "a GPT-2 file missing one tensor" "'$DIR/missing\.safetensors' has no tensor 'h\.0\.ln_1\.weight', but it has tensors of 1 layer" \
+  --threads 1 --batch 2 --seq 8 --steps 1 --json --init-from "$DIR/missing.safetensors"
+st_edit "$DIR/h4.safetensors" "$DIR/two_names.safetensors" 'my ($b, $e) = @{$h->{"ln_f.bias"}{data_offsets}}; my $n = length $d;
+  $d .= substr($d, $b, $e - $b); $h->{"transformer.ln_f.bias"} = {dtype => "F32", shape => [16], data_offsets => [$n, $n + $e - $b]};'
+expect_early_error "a GPT-2 tensor under two names" "has tensor 'ln_f\.bias' twice, as 'ln_f\.bias' and as 'transformer\.ln_f\.bias'" \
+  --threads 1 --batch 2 --seq 8 --steps 1 --json --init-from "$DIR/two_names.safetensors"
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -3,7 +3,7 @@
 // Shared by remat's fuzz targets (tests/fuzz/README.md): the fuzzer's bytes as a file the
 // readers can open by path, and the one allowed outcome on bad input: a remat::Error.
 // Any other exception escapes LLVMFuzzerTestOneInput, and libFuzzer (or replay_main.cpp)
-// reports it as a crash.
+// reports it as a crash. Inputs that start with "RCP\0" are recipes (recipe.hpp).
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include <remat/core/error.hpp>
 
@@ -67,16 +69,51 @@ inline bool verbose() {
   return v;
 }
 
+/// The outcome of the last input: "accepted", or "remat::Error: <message>" (replay_main.cpp
+/// checks it against a regression's .expect file).
+inline std::string& last_outcome() {
+  static std::string* s = new std::string;  // never destroyed, as mem_file()
+  return *s;
+}
+
 /// Runs fn; a remat::Error (OutOfMemory included) is the expected answer to bad input.
 template <class Fn>
 int guarded(Fn&& fn) {
   try {
     fn();
-    if (verbose()) std::fprintf(stderr, "  accepted\n");
+    last_outcome() = "accepted";
   } catch (const remat::Error& e) {
-    if (verbose()) std::fprintf(stderr, "  remat::Error: %s\n", e.what());
+    last_outcome() = std::string("remat::Error: ") + e.what();
   }
+  if (verbose()) std::fprintf(stderr, "  %.2000s\n", last_outcome().c_str());
   return 0;
+}
+
+/// A folder of this process's own (on /dev/shm when it can), for readers that look beside a
+/// file (read_gpt2's config.json); removed with its files at exit.
+inline const std::string& scratch_dir() {
+  static const std::string* d = [] {
+    for (const char* base : {"/dev/shm", "/tmp"}) {
+      std::string t = std::string(base) + "/remat-fuzz-XXXXXX";
+      if (::mkdtemp(&t[0])) {
+        static std::string* made = new std::string(t);
+        std::atexit([] {
+          std::error_code ec;
+          std::filesystem::remove_all(*made, ec);
+        });
+        return made;
+      }
+    }
+    throw std::runtime_error("remat_fuzz: cannot make a scratch folder");
+  }();
+  return *d;
+}
+
+/// Writes bytes to a file (replacing it).
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size() || std::fclose(f) != 0)
+    throw std::runtime_error("remat_fuzz: cannot write " + path);
 }
 
 /// The fuzzer's bytes as text.
@@ -85,3 +122,6 @@ inline std::string as_string(const std::uint8_t* data, std::size_t size) {
 }
 
 }  // namespace remat_fuzz
+
+/// For replay_main.cpp: the outcome of the last input (remat_fuzz::last_outcome()).
+extern "C" const char* remat_fuzz_last_outcome() { return remat_fuzz::last_outcome().c_str(); }

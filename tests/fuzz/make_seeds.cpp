@@ -159,6 +159,30 @@ void tokenizer_seeds(const fs::path& dir) {
   write_text(dir / "tokenizer_json", std::string(1, '\2') + j.dump());
 }
 
+// Recipes (recipe.hpp): "RCP\0" and the choices of a valid file, so the fuzzer starts from
+// inputs that build every part of the format (the targets read the bytes as they document).
+void write_recipe(const fs::path& p, std::initializer_list<int> choices) {
+  std::string s("RCP\0", 4);
+  for (const int c : choices) s += static_cast<char>(c);
+  write_text(p, s);
+}
+
+void recipe_seeds(const fs::path& out) {
+  // 3 tensors: F32 [2, 3] from bytes, F16 [3], BF16 [] ; metadata k0, k1
+  write_recipe(out / "safetensors" / "recipe_three_tensors",
+               {0, 3, 0, 2, 2, 3, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                21, 22, 23, 24, 2, 1, 3, 0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00, 3, 0, 0x80, 0x3f, 2});
+  // a 2-layer GPT-2, prefixed, with mask buffers, a tied lm_head and config.json's n_head
+  write_recipe(out / "gpt2" / "recipe_two_layers_hf_layout", {0, 2, 3, 4, 3, 1, 1, 1, 1});
+  write_recipe(out / "gpt2" / "recipe_one_layer_metadata_heads", {0, 1, 1, 2, 1, 0, 0, 0, 0});
+  // AdamW, SGD and no-optimizer snapshots, unchanged
+  write_recipe(out / "snapshot" / "recipe_adamw", {0, 0, 0});
+  write_recipe(out / "snapshot" / "recipe_sgd", {0, 1, 0});
+  // a tokenizer.json with <|endoftext|> and 4 merges; vocab.json + merges.txt with 2
+  write_recipe(out / "tokenizer" / "recipe_tokenizer_json", {0, 1, 1, 4, 104, 105, 32, 116, 0, 1, 2, 3, 0});
+  write_recipe(out / "tokenizer" / "recipe_vocab_merges", {0, 0, 0, 2, 116, 104, 101, 32, 0});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -178,6 +202,7 @@ int main(int argc, char** argv) {
       fs::create_directories(out / name);
       make(out / name);
     }
+    recipe_seeds(out);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_seeds: %s\n", e.what());

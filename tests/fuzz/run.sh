@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds remat's libFuzzer targets with clang (ASan+UBSan) and runs each in turn for a budget;
-# fails on any finding (crash, uncaught non-remat exception, leak, sanitizer report, timeout).
+# fails on any finding (crash, uncaught non-remat exception, leak, sanitizer report, timeout, a
+# single allocation over 256 MiB: inputs are at most 16 KiB, recipes build files of a few MB).
 # Usage: bash tests/fuzz/run.sh [--time SECONDS] [--runs N] [--build DIR] [--corpus DIR] [TARGET...]
 #   --time 60      seconds per target (default 60; CI's fuzz stage)
 #   --runs N       stop a target after N executions as well (default: no limit)
@@ -47,7 +48,7 @@ for t in "${targets[@]}"; do
   [ "$t" = strategy ] && max_len=256
   set +e
   "$exe" "$corpus/$t" tests/fuzz/seeds/"$t" tests/fuzz/regressions/"$t" \
-    -dict=tests/fuzz/dict/"$t".dict -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+    -dict=tests/fuzz/dict/"$t".dict -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
     -max_total_time="$time_s" -runs="$runs" -print_final_stats=1 \
     -artifact_prefix="$build/findings/$t/" > "$log" 2>&1
   rc=$?

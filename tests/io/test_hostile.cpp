@@ -124,21 +124,29 @@ TEST_CASE("every malformed safetensors file is a remat::Error, never another std
 TEST_CASE("a small GPT-2 file cannot ask for a large model", "[io][errors][hostile]") {
   // 32 KiB of real data (wte and wpe [1, 4096]) and 1000 layers of empty ln_1 tensors would make
   // a 1000-layer model of d 4096 (800 GB); the config is refused before any model exists.
+  // (every tensor of the 1000 layers is there, each empty: NOTE [GPT-2 tensors required])
   const std::string p = tmp("gpt2_layers.safetensors");
+  const std::string empty = R"({"dtype":"F32","shape":[0],"data_offsets":[32768,32768]})";
   std::string h = R"({"wte.weight":{"dtype":"F32","shape":[1,4096],"data_offsets":[0,16384]},)"
-                  R"("wpe.weight":{"dtype":"F32","shape":[1,4096],"data_offsets":[16384,32768]})";
+                  R"("wpe.weight":{"dtype":"F32","shape":[1,4096],"data_offsets":[16384,32768]},)"
+                  R"("ln_f.weight":)" + empty + R"(,"ln_f.bias":)" + empty;
   for (int i = 0; i < 1000; ++i)
-    h += ",\"h." + std::to_string(i) + R"(.ln_1.weight":{"dtype":"F32","shape":[0],"data_offsets":[32768,32768]})";
+    for (const char* t : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
+      h += ",\"h." + std::to_string(i) + "." + t + "\":" + empty;
   h += "}";
   write_raw(p, h, std::string(32768, '\0'));
-  const auto w = io::gpt2_tensors(io::read_safetensors(p));
+  const auto w = io::gpt2_tensors(io::read_safetensors(p), p);
   require_error([&] { io::gpt2_config(w, p); },
                 {"tensor 'h.0.ln_1.weight' of 'remat_test_hostile_gpt2_layers.safetensors' has shape [0]",
                  "needs [4096]"});
   // wte [2^39, 0]: zero bytes, a vocabulary of 2^39 and no width.
   write_raw(p, R"({"wte.weight":{"dtype":"F32","shape":[549755813888,0],"data_offsets":[0,0]},)"
-               R"("wpe.weight":{"dtype":"F32","shape":[8,0],"data_offsets":[0,0]}})");
-  const auto w0 = io::gpt2_tensors(io::read_safetensors(p));
+               R"("wpe.weight":{"dtype":"F32","shape":[8,0],"data_offsets":[0,0]},)"
+               R"("ln_f.weight":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+               R"("ln_f.bias":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})");
+  const auto w0 = io::gpt2_tensors(io::read_safetensors(p), p);
   require_error([&] { io::gpt2_config(w0, p); }, {"wte is [549755813888, 0]", "all > 0"});
   std::remove(p.c_str());
 }
@@ -214,6 +222,9 @@ TEST_CASE("snapshot metadata is parsed strictly", "[io][snapshot][errors][hostil
       {"step", "99999999999999999999", "metadata 'step'"},
       {"step", nullptr, "lacks metadata 'step'"},
       {"adamw_steps", "-1", "metadata 'adamw_steps'"},
+      {"adamw_steps", "-0", "metadata 'adamw_steps'"},
+      {"step", "-0", "metadata 'step'"},
+      {"data_position", "-0", "metadata 'data_position'"},
       {"data_position", "-3", "metadata 'data_position'"},
       {"rng_offset", "-5", "metadata 'rng_offset'"},
       {"rng_seed", "0x10", "metadata 'rng_seed'"},

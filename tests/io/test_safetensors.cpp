@@ -147,13 +147,23 @@ TEST_CASE("read_gpt2: the head count from the metadata or config.json, other dty
   // A BOOL mask buffer (h.0.attn.bias, as Hugging Face files carry) is listed, not an error;
   // read_safetensors alone still refuses it; a BOOL parameter is an error.
   const std::string q = tmp("bool.safetensors");
-  write_raw(q, R"({"h.0.attn.bias":{"dtype":"BOOL","shape":[1,1,2,2],"data_offsets":[0,4]},)"
-               R"("x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-            std::string(8, '\1'));
+  {
+    // the GPT-2 above (every tensor is required), with a BOOL buffer after its data
+    const io::SafetensorsFile full = io::read_safetensors(p);
+    nlohmann::json h = nlohmann::json::object();
+    std::string data;
+    for (const auto& [name, t] : full.tensors) {
+      h[name] = {{"dtype", "F32"}, {"shape", t.shape.vec()}, {"data_offsets", {data.size(), data.size() + 4 * t.data.size()}}};
+      data.append(reinterpret_cast<const char*>(t.data.data()), 4 * t.data.size());
+    }
+    h["h.0.attn.bias"] = {{"dtype", "BOOL"}, {"shape", {1, 1, 2, 2}}, {"data_offsets", {data.size(), data.size() + 4}}};
+    write_raw(q, h.dump(), data + std::string(4, '\1'));
+  }
   const io::Gpt2Weights b = io::read_gpt2(q);
   REQUIRE(b.skipped.size() == 1);
   CHECK(b.skipped[0] == "h.0.attn.bias (BOOL)");
-  CHECK(b.tensors.count("x") == 1);
+  CHECK(b.tensors.size() == g.tensors.size());
+  CHECK(b.tensors.count("h.0.ln_1.weight") == 1);
   REQUIRE_THROWS_WITH(io::read_safetensors(q), REMAT_CONTAINS("has dtype BOOL (expected F32, F16 or BF16)"));
   // the listed tensor's header is still checked: 2 x 2 BOOL is 4 bytes, not 3
   write_raw(q, R"({"h.0.attn.bias":{"dtype":"BOOL","shape":[1,1,2,2],"data_offsets":[0,3]}})", "abc");

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <remat/io/safetensors.hpp>
+#include <remat/io/file.hpp>
 
 #include "tiny_bpe.hpp"
 
@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const std::vector<char> text = remat::io::detail::read_file(argv[1], "make_tiny_tokenizer");
+    const std::vector<char> text = remat::io::read_file(argv[1], "make_tiny_tokenizer");
     const auto bpe = remat_test::train_tiny_bpe(std::string(text.begin(), text.end()), std::stoi(argv[2]));
     const std::string dir = argv[3];
     for (const auto& [name, body] : {std::pair<std::string, const std::string&>{"encoder.json", bpe.encoder_json},

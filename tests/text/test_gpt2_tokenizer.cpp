@@ -1,15 +1,26 @@
 // SPDX-License-Identifier: MIT
 // GPT-2's tokenizer (include/remat/text/): the pre-tokenizer against GPT-2's regex (expected
-// pieces from Node's regex engine running the reference pattern), UTF-8 repair against the
-// WHATWG decoder (Node's Buffer.toString), BPE against a plain implementation of the
-// reference algorithm, the three file layouts, and errors on bad files. The 1 MB comparison
-// with the npm reference is text.reference_gpt2 (tests/text/reference/).
+// pieces from the reference pattern; whitespace as tiktoken reads it), UTF-8 repair against the
+// WHATWG decoder (Node's Buffer.toString), BPE against a plain implementation of the reference
+// algorithm, the three file layouts, special tokens only where declared, duplicate merges as
+// encoder.py ranks them, and hostile files (issue 24): clean errors within 1 s and 100 MiB, and
+// out of memory as remat::OutOfMemory. The comparison with OpenAI's tiktoken over all of Unicode
+// is ctest text.reference_tiktoken (tests/text/reference/); the Unicode classes are in
+// test_unicode.cpp.
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <typeinfo>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "support/catch.hpp"
 #include <remat/text/gpt2_tokenizer.hpp>
@@ -226,13 +237,15 @@ TEST_CASE("bad tokenizer files are errors that say what and where", "[text]") {
   const auto bad_text = [](const std::string& vocab, const std::string& merges) {
     return [=] { Gpt2Tokenizer::from_text(vocab, merges, "enc.json", "merges.txt"); };
   };
-  CHECK_THROWS_WITH(bad_text("{\"a\": 0", b.vocab_bpe)(), REMAT_CONTAINS("'enc.json' is not valid JSON"));
-  CHECK_THROWS_WITH(bad_text("[1, 2]", b.vocab_bpe)(), REMAT_CONTAINS("is not an object of token -> id"));
+  CHECK_THROWS_WITH(bad_text("{\"a\": 0", b.vocab_bpe)(), REMAT_CONTAINS("the vocabulary 'enc.json' cannot be used: it is not valid JSON"));
+  CHECK_THROWS_WITH(bad_text("[1, 2]", b.vocab_bpe)(), REMAT_CONTAINS("the vocabulary in 'enc.json' is ") && REMAT_CONTAINS(", not an object of token -> id"));
   CHECK_THROWS_WITH(bad_text("{\"a\": \"zero\"}", b.vocab_bpe)(), REMAT_CONTAINS("expected an integer"));
-  CHECK_THROWS_WITH(bad_text("{\"a\": 0, \"b\": 2}", b.vocab_bpe)(), REMAT_CONTAINS("has no token with id 1"));
+  CHECK_THROWS_WITH(bad_text("{\"a\": 0, \"b\": 2}", b.vocab_bpe)(),
+                    REMAT_CONTAINS("token \"b\" in 'enc.json' has the id 2, but the file has 2 tokens (expected ids 0..1"));
+  CHECK_THROWS_WITH(bad_text("{\"a\": 0, \"b\": 0}", b.vocab_bpe)(), REMAT_CONTAINS("id 0 in 'enc.json' is given to two tokens"));
   CHECK_THROWS_WITH(bad_text("{\"a\": 0, \"b\": 1}", b.vocab_bpe)(), REMAT_CONTAINS("expected at least the 256 byte tokens"));
-  CHECK_THROWS_WITH(bad_text("{\"a\": -4}", b.vocab_bpe)(), REMAT_CONTAINS("has id -4"));
-  CHECK_THROWS_WITH(bad_text("{\"a\": 99999999999}", b.vocab_bpe)(), REMAT_CONTAINS("has id 99999999999"));
+  CHECK_THROWS_WITH(bad_text("{\"a\": -4}", b.vocab_bpe)(), REMAT_CONTAINS("has the id -4"));
+  CHECK_THROWS_WITH(bad_text("{\"a\": 99999999999}", b.vocab_bpe)(), REMAT_CONTAINS("has the id 99999999999"));
   CHECK_THROWS_WITH(bad_text(b.encoder_json, "#version: 0.2\nt h e\n")(),
                     REMAT_CONTAINS("line 2 of 'merges.txt' is not a merge"));
   CHECK_THROWS_WITH(bad_text(b.encoder_json, "#version: 0.2\nzzz q\n")(),
@@ -246,4 +259,396 @@ TEST_CASE("bad tokenizer files are errors that say what and where", "[text]") {
   CHECK_THROWS_AS(Gpt2Tokenizer::from_directory(d.path.string()), remat::Error);
   CHECK_THROWS_WITH(Gpt2Tokenizer::from_files((d.path / "none.json").string(), "x"), REMAT_CONTAINS("cannot open"));
   CHECK_THROWS_WITH(Gpt2Tokenizer::from_files(d.path.string(), "x"), REMAT_CONTAINS("is a directory"));
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define REMAT_TEXT_TESTS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REMAT_TEXT_TESTS_ASAN 1
+#endif
+#endif
+
+namespace {
+
+#ifdef REMAT_TEXT_TESTS_ASAN
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+// The 256 byte tokens as a vocabulary (byte b is id b), spelled in GPT-2's stand-ins.
+nlohmann::json byte_vocab() {
+  nlohmann::json v = nlohmann::json::object();
+  for (int c = 0; c < 256; ++c) v[remat_test::stand_in(static_cast<unsigned char>(c))] = c;
+  return v;
+}
+
+// What a load cost: wall time, and the growth of the peak resident memory (Linux: the peak is
+// reset through /proc/self/clear_refs, then VmHWM after against VmRSS before).
+struct Cost {
+  double seconds = 0, mib = -1;  // mib < 0: not measurable here
+};
+long status_kib(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::strlen(field)));
+  return -1;
+}
+template <class Fn>
+Cost cost_of(Fn&& fn) {
+  const bool reset = static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5" << std::flush);
+  const long before = status_kib("VmRSS:");
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  Cost c;
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const long peak = status_kib("VmHWM:");
+  if (reset && before > 0 && peak > 0) c.mib = static_cast<double>(peak - before) / 1024;
+  return c;
+}
+
+// Runs a load that must fail: a remat::Error (never another exception) whose text has every
+// part, within 1 s and 100 MiB of resident memory (issue 24, acceptance 2).
+template <class Fn>
+void require_clean_error(Fn&& load, std::initializer_list<std::string> parts) {
+  std::string what;
+  const Cost c = cost_of([&] {
+    try {
+      load();
+    } catch (const remat::Error& e) {
+      what = e.what();
+    } catch (const std::exception& e) {
+      what = std::string("a ") + typeid(e).name() + " escaped instead of remat::Error: " + e.what();
+    }
+  });
+  INFO(what);
+  REQUIRE_FALSE(what.empty());
+  for (const std::string& p : parts) CHECK_THAT(what, REMAT_CONTAINS(p));
+  INFO("took " << c.seconds << " s, peak resident memory grew by " << c.mib << " MiB");
+  CHECK(c.seconds < 1.0);
+  if (c.mib < 0) WARN("peak resident memory not measurable here (/proc/self/clear_refs)");
+  else CHECK(c.mib < 100);
+}
+
+std::string nested(const std::string& leaf, int levels) {
+  const auto n = static_cast<std::size_t>(levels);
+  return std::string(n, '[') + leaf + std::string(n, ']');
+}
+
+// A tokenizer.json of the tiny tokenizer: model.vocab without <|endoftext|>, which is declared
+// in added_tokens, as Hugging Face writes GPT-2's.
+nlohmann::json tiny_tokenizer_json(int merges = 20) {
+  const auto b = remat_test::train_tiny_bpe(remat_test::tiny_training_text(), merges);
+  nlohmann::json vocab = nlohmann::json::parse(b.encoder_json);
+  const std::int64_t eot = vocab["<|endoftext|>"];
+  vocab.erase("<|endoftext|>");
+  nlohmann::json m = nlohmann::json::array();
+  for (const auto& [x, y] : b.merges) m.push_back(remat_test::spelled(x) + " " + remat_test::spelled(y));
+  return {{"version", "1.0"},
+          {"added_tokens", {{{"id", eot}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
+                             {"rstrip", false}, {"normalized", true}, {"special", true}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                             {"use_regex", true}}},
+          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
+                     {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
+                     {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", m}}}};
+}
+
+}  // namespace
+
+TEST_CASE("hostile tokenizer files are clean errors within 1 s and 100 MiB", "[text][hostile]") {
+  TempDir d;
+  const auto b = remat_test::train_tiny_bpe(remat_test::tiny_training_text(), 20);
+  const std::string merges = d.write("merges.txt", b.vocab_bpe);
+  // ~85,000 levels of nesting as a token's id overflowed the stack (dump() in the message; in
+  // this build a recursive dump() takes more levels to overflow, hence also 1,000,000)
+  for (const int levels : {85'000, 1'000'000}) {
+    const std::string deep_vocab = d.write("vocab.json", "{\"!\": " + nested("1", levels) + "}");
+    require_clean_error([&] { Gpt2Tokenizer::from_files(deep_vocab, merges); },
+                        {"token \"!\" in '" + deep_vocab + "' has an array as its id (expected an integer)"});
+  }
+  nlohmann::json j = tiny_tokenizer_json();
+  const std::string deep_json =
+      j.dump().substr(0, j.dump().size() - 1) + ", \"extra\": " + nested("0", 85000) + "}";
+  std::string with_deep_id = j.dump();
+  with_deep_id.insert(with_deep_id.find("\"vocab\":{") + 9, "\"!!\":" + nested("7", 85000) + ",");
+  d.write("tokenizer.json", with_deep_id);
+  const std::string tj = (d.path / "tokenizer.json").string();
+  require_clean_error([&] { Gpt2Tokenizer::from_tokenizer_json(tj); },
+                      {"token \"!!\" in '" + tj + "' has an array as its id (expected an integer)"});
+  d.write("tokenizer.json", deep_json);
+  require_clean_error([&] { Gpt2Tokenizer::from_tokenizer_json(tj); },
+                      {"nests deeper than 64 levels at /extra/0/0/0"});
+  // 15 bytes that asked for a table of 16,777,216 tokens (515 MiB) before the "gap" error
+  const std::string huge_id = d.write("vocab.json", "{\"!\": 16777215}");
+  REQUIRE(fs::file_size(huge_id) == 15);
+  require_clean_error([&] { Gpt2Tokenizer::from_files(huge_id, merges); },
+                      {"token \"!\" in '" + huge_id + "' has the id 16777215, but the file has 1 token",
+                       "expected ids 0..0"});
+  j = tiny_tokenizer_json();
+  j["added_tokens"][0]["id"] = 16777215;
+  d.write("tokenizer.json", j.dump());
+  require_clean_error([&] { Gpt2Tokenizer::from_tokenizer_json(tj); },
+                      {"token \"<|endoftext|>\" in '" + tj + "' has the id 16777215 in added_tokens",
+                       "and 1 added tokens"});
+  j["added_tokens"][0]["id"] = 18446744073709551615u;
+  d.write("tokenizer.json", j.dump());
+  require_clean_error([&] { Gpt2Tokenizer::from_tokenizer_json(tj); }, {"has the id 18446744073709551615"});
+  // files over their caps, refused from their size (sparse files: nothing is written or read)
+  for (const auto& file_cap : {std::pair<std::string, std::uintmax_t>{"vocab.json", 16u << 20},
+                               {"merges.txt", 16u << 20}, {"tokenizer.json", 64u << 20}}) {
+    const std::string& name = file_cap.first;  // not a structured binding: the lambda reads it
+    const std::uintmax_t cap = file_cap.second;
+    const std::string big = d.write("big-" + name, "{}");
+    fs::resize_file(big, cap + 1);
+    INFO(name);
+    require_clean_error(
+        [&] {
+          if (name == "tokenizer.json") Gpt2Tokenizer::from_tokenizer_json(big);
+          else if (name == "vocab.json") Gpt2Tokenizer::from_files(big, merges);
+          else Gpt2Tokenizer::from_files(d.write("v.json", b.encoder_json), big);
+        },
+        {"'" + big + "' has " + std::to_string(cap + 1) + " bytes, more than the " + std::to_string(cap) +
+         " bytes allowed for a " + name.substr(0, name.find('.'))});
+  }
+  // more JSON values than a vocabulary of a million tokens has; a key twice
+  std::string many = "[0";
+  for (int i = 0; i < 1'000'001; ++i) many += ",0";
+  require_clean_error([&] { Gpt2Tokenizer::from_text(many + "]", b.vocab_bpe, "many.json"); },
+                      {"'many.json' cannot be used: it holds more than 1000001 JSON values"});
+  require_clean_error([&] { Gpt2Tokenizer::from_text("{\"a\": 0, \"a\": 1}", b.vocab_bpe, "twice.json"); },
+                      {"'twice.json' cannot be used: the key \"a\" appears twice"});
+}
+
+TEST_CASE("vocabulary keys always stand for bytes, whatever their shape", "[text][special]") {
+  // "<Ġ>" is the bytes "< >" (encoder.py's byte decoder), not its UTF-8 spelling; a merge that
+  // builds it loads.
+  nlohmann::json v = byte_vocab();
+  v["<\xc4\xa0"] = 256;   // "<Ġ": "< "
+  v["<\xc4\xa0>"] = 257;  // "<Ġ>": "< >"
+  v["<pad>"] = 258;       // "<pad>": not declared anywhere, so five ordinary bytes
+  v["<p"] = 259;
+  v["<pa"] = 260;
+  v["<pad"] = 261;
+  const auto t =
+      Gpt2Tokenizer::from_text(v.dump(), "#version: 0.2\n< \xc4\xa0\n<\xc4\xa0 >\n< p\n<p a\n<pa d\n<pad >\n");
+  CHECK(t.token_bytes(257) == "< >");
+  CHECK(t.token_bytes(256) == "< ");
+  CHECK(t.token_bytes(258) == "<pad>");
+  CHECK(t.decode({257, 258}) == "< ><pad>");
+  CHECK(t.eot() == -1);  // no <|endoftext|> in this vocabulary
+  CHECK(t.encode("<pad>") == std::vector<std::int32_t>{'<', 'p', 'a', 'd', '>'});  // never "special"
+  CHECK(t.encode("<pad><pad>") == t.encode_ordinary("<pad><pad>"));
+  // a key that spells no bytes (a space is not a stand-in) is an error unless declared
+  v["<a b>"] = 262;
+  CHECK_THROWS_WITH(Gpt2Tokenizer::from_text(v.dump(), "", "v.json"),
+                    REMAT_CONTAINS("token \"<a b>\" (id 262) in 'v.json' is not spelled in GPT-2's byte "
+                                   "stand-ins and not declared in added_tokens"));
+}
+
+TEST_CASE("special tokens come only from declarations", "[text][special]") {
+  // encoder.json / vocab.json: <|endoftext|> by GPT-2's convention (tiny() has it, id 376)
+  const auto t = tiny();
+  CHECK(t.eot() == 376);
+  CHECK(t.token_bytes(376) == "<|endoftext|>");
+  CHECK(t.encode("a<|endoftext|>b") == std::vector<std::int32_t>{t.encode("a")[0], 376, t.encode("b")[0]});
+  // tokenizer.json: added_tokens, special or not; the longest where two start at one place
+  nlohmann::json j = tiny_tokenizer_json();
+  const std::int64_t eot = j["added_tokens"][0]["id"];
+  j["added_tokens"].push_back({{"id", eot + 1}, {"content", "<|im_start|>"}, {"special", true}});
+  j["added_tokens"].push_back({{"id", eot + 2}, {"content", "<|im_start|>x"}, {"special", false}});
+  j["added_tokens"].push_back({{"id", eot + 3}, {"content", "x y"}, {"special", false}});
+  j["model"]["vocab"]["x y"] = eot + 3;  // not a stand-in spelling, but declared with this id
+  j["model"]["vocab"]["<pad>"] = eot + 4;  // a stand-in spelling, not declared: ordinary
+  TempDir d;
+  d.write("tokenizer.json", j.dump());
+  const auto h = Gpt2Tokenizer::from_directory(d.path.string());
+  const auto i32 = [](std::int64_t x) { return static_cast<std::int32_t>(x); };
+  CHECK(h.eot() == eot);
+  CHECK(h.vocab_size() == eot + 5);
+  CHECK(h.token_bytes(i32(eot + 3)) == "x y");
+  CHECK(h.token_bytes(i32(eot + 4)) == "<pad>");
+  const auto ids = h.encode("a<|im_start|>b<|im_start|>x y<pad><|endoftext|>");
+  const std::vector<std::int32_t> want_tail = {i32(eot + 1), h.encode_ordinary("b")[0], i32(eot + 2),
+                                               h.encode_ordinary(" ")[0]};
+  REQUIRE(ids.size() > 6);
+  CHECK(std::vector<std::int32_t>(ids.begin() + 1, ids.begin() + 5) == want_tail);
+  CHECK(std::count(ids.begin(), ids.end(), i32(eot + 3)) == 0);  // "x y" was cut by "<|im_start|>x"
+  CHECK(ids.back() == eot);
+  CHECK(std::count(ids.begin(), ids.end(), i32(eot + 4)) == 0);  // <pad> is not special
+  CHECK(h.encode("x y") == std::vector<std::int32_t>{i32(eot + 3)});
+  CHECK(h.decode(ids) == "a<|im_start|>b<|im_start|>x y<pad><|endoftext|>");
+  const auto plain = h.encode_ordinary("<|im_start|>x y<|endoftext|>");
+  for (std::int64_t k = eot; k < eot + 4; ++k) CHECK(std::count(plain.begin(), plain.end(), i32(k)) == 0);
+  // an added token whose text is also an ordinary token's bytes (Phi-2 adds runs of spaces):
+  // encode() matches it, BPE still makes the ordinary one, both decode to the same bytes
+  j = tiny_tokenizer_json();
+  j["added_tokens"].push_back({{"id", eot + 1}, {"content", "th"}});
+  d.write("tokenizer.json", j.dump());
+  const auto p = Gpt2Tokenizer::from_directory(d.path.string());
+  const std::int32_t th = p.encode_ordinary("th")[0];
+  CHECK(p.encode_ordinary("th") == std::vector<std::int32_t>{th});  // "t h" is the first merge
+  CHECK(th != eot + 1);
+  CHECK(p.encode("th") == std::vector<std::int32_t>{i32(eot + 1)});
+  CHECK(p.decode({th}) == p.decode({i32(eot + 1)}));
+  // a tokenizer.json that declares nothing has no special token, <|endoftext|> in its vocabulary or not
+  j = tiny_tokenizer_json();
+  j["model"]["vocab"]["<|endoftext|>"] = j["added_tokens"][0]["id"];
+  j.erase("added_tokens");
+  d.write("tokenizer.json", j.dump());
+  const auto n = Gpt2Tokenizer::from_directory(d.path.string());
+  CHECK(n.eot() == -1);
+  CHECK(n.encode("<|endoftext|>") == n.encode_ordinary("<|endoftext|>"));
+  CHECK(n.encode("<|endoftext|>").size() > 1);
+  // an undeclared key that spells no bytes; an added token that strips spaces; ids that disagree
+  j = tiny_tokenizer_json();
+  j["model"]["vocab"]["x y"] = j["added_tokens"][0]["id"].get<std::int64_t>() + 1;
+  d.write("tokenizer.json", j.dump());
+  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+                    REMAT_CONTAINS("token \"x y\"") && REMAT_CONTAINS("not declared in added_tokens"));
+  j = tiny_tokenizer_json();
+  j["added_tokens"][0]["lstrip"] = true;
+  d.write("tokenizer.json", j.dump());
+  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+                    REMAT_CONTAINS("added token \"<|endoftext|>\"") && REMAT_CONTAINS("has lstrip = true"));
+  j = tiny_tokenizer_json();
+  j["added_tokens"][0]["id"] = 65;  // the id of byte 'b' (GPT-2's order: '!' is 0)
+  d.write("tokenizer.json", j.dump());
+  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+                    REMAT_CONTAINS("id 65") && REMAT_CONTAINS("is given to two tokens"));
+  j = tiny_tokenizer_json();
+  j["added_tokens"].push_back({{"id", j["model"]["vocab"]["A"]}, {"content", "A"}});  // "A", declared too
+  const std::int64_t gap = j["model"]["vocab"]["B"];
+  j["model"]["vocab"].erase("B");  // so the largest id stays in range, and B's is a gap
+  d.write("tokenizer.json", j.dump());
+  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+                    REMAT_CONTAINS("has no token with id " + std::to_string(gap)) &&
+                        REMAT_CONTAINS("without gaps"));
+}
+
+TEST_CASE("a merge listed twice ranks by its last line, as encoder.py", "[text]") {
+  // encoder.py: bpe_ranks = dict(zip(bpe_merges, range(len(bpe_merges)))): the last line wins.
+  // Here (a, b) ranks 2 and (b, c) 1, so "abc" is a + bc; ranked by the first line it was ab + c.
+  nlohmann::json v = byte_vocab();
+  v["ab"] = 256;
+  v["bc"] = 257;
+  const std::string merges = "#version: 0.2\na b\nb c\na b\n";
+  const auto t = Gpt2Tokenizer::from_text(v.dump(), merges);
+  CHECK(t.encode_ordinary("abc") == std::vector<std::int32_t>{'a', 257});
+  CHECK(t.encode_ordinary("abd") == std::vector<std::int32_t>{256, 'd'});
+  nlohmann::json j = tiny_tokenizer_json();
+  j.erase("added_tokens");
+  j["model"]["vocab"] = v;
+  j["model"]["merges"] = {"a b", "b c", "a b"};
+  TempDir d;
+  d.write("tokenizer.json", j.dump());
+  const auto h = Gpt2Tokenizer::from_directory(d.path.string());
+  CHECK(h.encode_ordinary("abc") == std::vector<std::int32_t>{'a', 257});
+}
+
+TEST_CASE("tokenizer.json settings that would tokenize otherwise than GPT-2 are refused", "[text]") {
+  TempDir d;
+  const auto refused = [&](const nlohmann::json& j, const std::string& why) {
+    d.write("tokenizer.json", j.dump());
+    INFO(why);
+    CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+                      REMAT_CONTAINS(why) && REMAT_CONTAINS("which GPT-2's tokenizer does not have"));
+  };
+  const nlohmann::json gpt2 = tiny_tokenizer_json();  // GPT-2's own settings load
+  d.write("tokenizer.json", gpt2.dump());
+  CHECK(Gpt2Tokenizer::from_directory(d.path.string()).eot() >= 0);
+  nlohmann::json j = gpt2;
+  j["normalizer"] = {{"type", "NFC"}};
+  refused(j, "has normalizer = ");
+  j = gpt2;
+  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array()}};
+  refused(j, "has pre_tokenizer = \"Sequence\"");
+  j = gpt2;
+  j["pre_tokenizer"]["add_prefix_space"] = true;
+  refused(j, "has pre_tokenizer.add_prefix_space = true");
+  j = gpt2;
+  j["pre_tokenizer"]["use_regex"] = false;
+  refused(j, "has pre_tokenizer.use_regex = false");
+  j = gpt2;
+  j["model"]["ignore_merges"] = true;  // Llama 3's: whole words from the vocabulary first
+  refused(j, "has model.ignore_merges = true");
+  j = gpt2;
+  j["model"]["dropout"] = 0.1;
+  refused(j, "has model.dropout = 0.1");
+  j = gpt2;
+  j["model"]["continuing_subword_prefix"] = "##";
+  refused(j, "has model.continuing_subword_prefix = \"##\"");
+  j = gpt2;
+  j["model"]["end_of_word_suffix"] = "</w>";
+  refused(j, "has model.end_of_word_suffix = \"</w>\"");
+}
+
+TEST_CASE("running out of memory while loading is remat::OutOfMemory, never an abort", "[text][hostile]") {
+  // A child process per address-space limit, from the process's current size up, by 32 KiB, until
+  // loading succeeds: each step fails somewhere else (reading, scanning, the DOM, the tables, the
+  // merges). nlohmann's DOM allocates as it is destroyed, which aborted (std::terminate) when the
+  // tables ran out of memory while the DOM was alive, or while io::parse_json built a nested DOM
+  // such as this tokenizer.json's (NOTE [DOM out of memory] in io/json.hpp).
+  if (kAddressSanitizer) {
+    WARN("skipped under AddressSanitizer: its allocator dies when memory runs out instead of throwing");
+    return;
+  }
+  const auto b = remat_test::train_tiny_bpe(remat_test::tiny_training_text(), 60);
+  nlohmann::json v = nlohmann::json::parse(b.encoder_json);
+  std::mt19937 rng(5);
+  while (v.size() < 12'000) {  // a DOM of a few MB: more tokens, spelled in stand-ins
+    std::string raw(2 + rng() % 7, ' ');
+    for (char& c : raw) c = static_cast<char>(rng());
+    if (!v.contains(remat_test::spelled(raw))) v[remat_test::spelled(raw)] = v.size();
+  }
+  TempDir d;
+  const std::string vocab = d.write("vocab.json", v.dump()), merges = d.write("merges.txt", b.vocab_bpe);
+  nlohmann::json j = tiny_tokenizer_json(60);
+  const std::int64_t eot = v["<|endoftext|>"];
+  v.erase("<|endoftext|>");
+  j["model"]["vocab"] = v;
+  j["added_tokens"][0]["id"] = eot;
+  const std::string tj = d.write("tokenizer.json", j.dump());
+  for (const bool hf : {false, true}) {
+    int oom = 0, steps = 0;
+    std::string bad;
+    for (std::uint64_t extra = 0; bad.empty() && steps < 2000; extra += 32 << 10, ++steps) {
+      const pid_t pid = ::fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        for (const int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTERM, SIGINT})
+          std::signal(sig, SIG_DFL);  // not Catch2's handlers: the parent reads the signal
+        const rlimit r{static_cast<rlim_t>(status_kib("VmSize:")) * 1024 + extra,
+                       static_cast<rlim_t>(status_kib("VmSize:")) * 1024 + extra};
+        ::setrlimit(RLIMIT_AS, &r);
+        int code = 3;
+        try {
+          const auto t = hf ? Gpt2Tokenizer::from_tokenizer_json(tj) : Gpt2Tokenizer::from_files(vocab, merges);
+          code = t.vocab_size() == 12'000 ? 0 : 4;
+        } catch (const remat::OutOfMemory&) {
+          code = 1;
+        } catch (const remat::Error&) {
+          code = 2;
+        } catch (...) {
+          code = 3;
+        }
+        ::_exit(code);
+      }
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+      if (code == 0) break;
+      if (code == 1) ++oom;
+      else bad = "limit +" + std::to_string(extra >> 10) + " KiB: " +
+                 (code == 2 ? "a remat::Error that is not OutOfMemory" : code == 3 ? "not a remat::Error"
+                  : code == 4 ? "a wrong vocabulary size" : "killed by signal " + std::to_string(code - 100));
+    }
+    INFO((hf ? "tokenizer.json" : "vocab.json + merges.txt") << ": " << oom << " limits ran out of memory");
+    CHECK(bad == "");
+    CHECK(oom >= 10);  // the sweep crossed the load, not only its end
+    CHECK(steps < 2000);
+  }
 }

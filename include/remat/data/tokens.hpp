@@ -3,14 +3,18 @@
 // Token data for training: llm.c's tokenized .bin files, raw text as bytes, and a batcher that
 // takes batches exactly as llm.c's loader does, so runs are reproducible across tools.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "remat/core/error.hpp"
-#include "remat/io/safetensors.hpp"
+#include "remat/io/atomic_file.hpp"
+#include "remat/io/file.hpp"
 
 namespace remat {
 namespace data {
@@ -18,27 +22,61 @@ namespace data {
 inline constexpr std::int32_t kLlmcMagic = 20240520;
 
 /// Tokens of an llm.c .bin file: a header of 256 int32 (magic 20240520, version 1, token
-/// count, rest unused), then the tokens as uint16. Validated against the file size.
+/// count, rest unused), then the tokens as uint16. The header is read and checked against the
+/// file's size first; only then is the token table sized (by the count the size confirmed) and
+/// the tokens read into it, so the file is never in memory twice. A pipe is read whole first
+/// (it has no size to check).
 inline std::vector<std::int32_t> read_llmc_bin(const std::string& path) {
-  const std::vector<char> buf = io::detail::read_file(path, "read_llmc_bin");
-  REMAT_CHECK(buf.size() >= 1024, "remat::data::read_llmc_bin: '", path, "' has ", buf.size(),
+  const char* what = "read_llmc_bin";
+  const std::uint64_t size = io::file_size(path, what);
+  const bool stream = size == io::kNoSizeCap;
+  std::vector<char> piped;  // a pipe's or a terminal's bytes, read to their end
+  if (stream) piped = io::read_file(path, what);
+  const std::uint64_t n_bytes = stream ? piped.size() : size;
+  REMAT_CHECK(n_bytes >= 1024, "remat::data::read_llmc_bin: '", path, "' has ", n_bytes,
               " bytes, less than the 1024-byte header (truncated, or not an llm.c .bin file)");
+  std::ifstream f;
+  if (!stream) {
+    f.open(path, std::ios::binary);
+    REMAT_CHECK(f.good(), "remat::data::read_llmc_bin: cannot open '", path,
+                "' (does the file exist and is it readable?)");
+  }
+  // Copies file bytes [at, at + n) to dst.
+  const auto read = [&](std::uint64_t at, void* dst, std::uint64_t n) {
+    if (stream) {
+      std::memcpy(dst, piped.data() + at, static_cast<std::size_t>(n));
+      return;
+    }
+    REMAT_CHECK(f.seekg(static_cast<std::streamoff>(at)) &&
+                    f.read(static_cast<char*>(dst), static_cast<std::streamsize>(n)) &&
+                    f.gcount() == static_cast<std::streamsize>(n),
+                "remat::data::read_llmc_bin: cannot read the ", n, " bytes at ", at, " of '", path,
+                "' (did it change while being read?)");
+  };
   std::int32_t header[256];
-  std::memcpy(header, buf.data(), sizeof header);
+  read(0, header, sizeof header);
   REMAT_CHECK(header[0] == kLlmcMagic, "remat::data::read_llmc_bin: '", path, "' has magic ",
               header[0], ", expected ", kLlmcMagic, " (is it an llm.c tokenized .bin file?)");
   REMAT_CHECK(header[1] == 1, "remat::data::read_llmc_bin: '", path, "' has version ", header[1],
               ", expected 1 (uint16 tokens)");
   REMAT_CHECK(header[2] >= 0, "remat::data::read_llmc_bin: '", path, "' has a negative token count");
-  const std::uint64_t n = static_cast<std::uint64_t>(header[2]);
-  REMAT_CHECK(buf.size() == 1024 + 2 * n, "remat::data::read_llmc_bin: '", path, "' declares ", n,
-              " tokens (", 1024 + 2 * n, " bytes with the header) but has ", buf.size(),
+  const std::uint64_t n = static_cast<std::uint64_t>(header[2]);  // < 2^31: 1024 + 2n cannot wrap
+  REMAT_CHECK(n_bytes == 1024 + 2 * n, "remat::data::read_llmc_bin: '", path, "' declares ", n,
+              " tokens (", 1024 + 2 * n, " bytes with the header) but has ", n_bytes,
               " bytes (truncated or corrupt)");
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    std::uint16_t t;
-    std::memcpy(&t, buf.data() + 1024 + 2 * i, 2);
-    tokens[i] = t;
+  std::vector<std::int32_t> tokens;
+  std::vector<std::uint16_t> chunk;
+  try {
+    tokens.resize(static_cast<std::size_t>(n));  // n: confirmed by the file's size
+    chunk.resize(static_cast<std::size_t>(std::min<std::uint64_t>(n, 1 << 16)));
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory(::remat::detail::cat("remat::data::read_llmc_bin: '", path, "' has ", n,
+                                           " tokens, more than the host memory can hold as int32"));
+  }
+  for (std::uint64_t i = 0; i < n; i += chunk.size()) {
+    const std::uint64_t k = std::min<std::uint64_t>(n - i, chunk.size());
+    read(1024 + 2 * i, chunk.data(), 2 * k);
+    for (std::uint64_t j = 0; j < k; ++j) tokens[static_cast<std::size_t>(i + j)] = chunk[static_cast<std::size_t>(j)];
   }
   return tokens;
 }
@@ -70,7 +108,7 @@ inline std::vector<std::int32_t> bytes_as_tokens(std::string_view bytes) {
 
 /// The bytes of a file as tokens (vocabulary 256).
 inline std::vector<std::int32_t> read_text_bytes(const std::string& path) {
-  const std::vector<char> buf = io::detail::read_file(path, "read_text_bytes");
+  const std::vector<char> buf = io::read_file(path, "read_text_bytes");
   return bytes_as_tokens(std::string_view(buf.data(), buf.size()));
 }
 

@@ -4,7 +4,8 @@
 // header length N, N bytes of JSON {"name": {"dtype", "shape", "data_offsets": [b, e]}, ...,
 // "__metadata__": {string: string}}, then the data. Everything in the header is validated
 // (length, offsets inside the data, no overlaps, shape against byte size, dtype) before any
-// tensor is read. Needs nlohmann-json (Debian: nlohmann-json3-dev).
+// tensor is read; the header is capped at 100 MB and parsed without a DOM (NOTE [hostile
+// files] below). Needs nlohmann-json (Debian: nlohmann-json3-dev).
 
 #include <algorithm>
 #include <cerrno>
@@ -28,6 +29,8 @@
 #include "remat/core/error.hpp"
 #include "remat/core/shape.hpp"
 #include "remat/io/checked.hpp"
+#include "remat/io/file.hpp"
+#include "remat/io/json.hpp"
 
 namespace remat {
 namespace io {
@@ -96,82 +99,286 @@ inline float half_to_float(std::uint16_t h) {
   return f;
 }
 
-/// The bytes of a pipe (or a terminal) read to its end: there is no size to check first, so
-/// the buffer grows as the data comes, as `cat` would read it.
-inline std::vector<char> read_stream(const std::string& path, const char* what) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  REMAT_CHECK(f != nullptr, "remat::io::", what, ": cannot open '", path, "': ", std::strerror(errno),
-              " (is it readable?)");
-  std::vector<char> buf;
-  char chunk[65536];
-  try {
-    for (;;) {
-      const std::size_t n = std::fread(chunk, 1, sizeof chunk, f);
-      buf.insert(buf.end(), chunk, chunk + n);
-      if (n < sizeof chunk) break;
-    }
-  } catch (const std::exception&) {
-    std::fclose(f);
-    throw OutOfMemory(::remat::detail::cat("remat::io::", what, ": '", path, "' gave more than ",
-                                           buf.size(), " bytes, more than the host memory can hold"));
-  }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  REMAT_CHECK(!failed, "remat::io::", what, ": reading '", path, "' failed after ", buf.size(), " bytes");
-  return buf;
-}
-
-/// The bytes of a file. The size of a regular file comes from stat(), so a directory or a
-/// device (whose "size" can be anything) is refused before memory is reserved; a pipe or a
-/// terminal (e.g. /dev/stdin) is read to its end.
-inline std::vector<char> read_file(const std::string& path, const char* what) {
-  struct ::stat sb {};
-  REMAT_CHECK(::stat(path.c_str(), &sb) == 0, "remat::io::", what, ": cannot open '", path, "': ",
-              std::strerror(errno), " (does the file exist and is it readable?)");
-  REMAT_CHECK(!S_ISDIR(sb.st_mode), "remat::io::", what, ": '", path,
-              "' is a directory, not a regular file (expected a file)");
-  if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)) return read_stream(path, what);
-  if (S_ISCHR(sb.st_mode)) {
-    // A terminal reads like a pipe (to end of input, Ctrl-D); another device (/dev/zero,
-    // /dev/urandom) never ends, so it is refused.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    const bool tty = fd >= 0 && ::isatty(fd);
-    if (fd >= 0) ::close(fd);
-    if (tty) return read_stream(path, what);
-  }
-  REMAT_CHECK(S_ISREG(sb.st_mode), "remat::io::", what, ": '", path,
-              "' is a device, not a regular file (expected a file, a pipe or a terminal)");
-  std::ifstream f(path, std::ios::binary);
-  REMAT_CHECK(f.good(), "remat::io::", what, ": cannot open '", path,
-              "' (does the file exist and is it readable?)");
-  const std::uint64_t n = static_cast<std::uint64_t>(sb.st_size);
-  std::vector<char> buf;
-  try {
-    buf.resize(static_cast<std::size_t>(n));
-  } catch (const std::exception&) {
-    throw OutOfMemory(::remat::detail::cat("remat::io::", what, ": '", path, "' has ", n,
-                                           " bytes, more than the host memory can hold"));
-  }
-  REMAT_CHECK(f.read(buf.data(), static_cast<std::streamsize>(n)) && f.gcount() ==
-                  static_cast<std::streamsize>(n),
-              "remat::io::", what, ": cannot read the ", n, " bytes of '", path,
-              "' (did it change while being read?)");
-  return buf;
-}
-
 }  // namespace detail
 
+/// The longest JSON header read_safetensors reads: 100 MB, the reference implementation's cap
+/// (a real header is ~100 bytes a tensor: GPT-2 XL's 580 tensors take 60 KB).
+inline constexpr std::uint64_t kSafetensorsMaxHeader = 100'000'000;
+
+/// What a safetensors header may hold (NOTE [hostile JSON] in io/json.hpp). The byte cap is the
+/// reference implementation's; real headers nest 3 levels (top, tensor, shape), so 64 is ample;
+/// a tensor is 6-12 values (its object, dtype, shape and dims, offsets), so 4 million values are
+/// 300,000+ tensors (real checkpoints have at most a few thousand) and bound what the parse
+/// builds whatever the header says (a 90 MB header of empty tensors, refused at the cap, peaks
+/// at 270 MB with its text: tests/io/test_hostile_large.sh).
+inline constexpr JsonLimits kSafetensorsHeaderLimits{kSafetensorsMaxHeader, 64, 4'000'000};
+
 namespace detail {
+
+/// A name from a file, cut for messages (a key can be megabytes long).
+inline std::string shown(const std::string& s) {
+  return s.size() <= 100 ? s : s.substr(0, 100) + "...(" + std::to_string(s.size()) + " bytes)";
+}
+
+/// One tensor entry of a header, checked (StHeader::finish).
+struct StEntry {
+  std::string name, dtype;
+  Shape shape;
+  std::uint64_t numel = 0, begin = 0, end = 0;
+};
+
+/// The header's SAX handler (io::scan_json): builds the tensor list and the metadata without a
+/// DOM, checking every field as it arrives and every entry when its object ends, so an error
+/// names the tensor and the field, and a value is described without recursion (a nested value
+/// where a dimension belongs is "an array", at the depth it starts).
+class StHeader {
+ public:
+  using json = nlohmann::json;
+  StHeader(const std::string& path, std::uint64_t data_size, OtherDtypes other)
+      : path_(path), data_size_(data_size), other_(other) {}
+
+  std::vector<StEntry> entries;
+  std::map<std::string, std::string> metadata;
+
+  bool null() { return scalar("null"); }
+  bool boolean(bool b) { return scalar(b ? "true" : "false"); }
+  bool number_integer(json::number_integer_t v) { return scalar(std::to_string(v)); }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (skip_ == 0 && at_ == At::shape) return dimension(v);
+    if (skip_ == 0 && at_ == At::offsets) return offset(v);
+    return scalar(std::to_string(v));
+  }
+  bool number_float(json::number_float_t, const json::string_t& text) {
+    return scalar(text.size() <= 40 ? text : text.substr(0, 40) + "...");
+  }
+  bool string(json::string_t& s) {
+    if (skip_ == 0 && at_ == At::entry && field_ == Field::dtype) {
+      e_.dtype = s.size() <= 16 ? s : s.substr(0, 16) + "...";
+      has_dtype_ = true;
+      return true;
+    }
+    if (skip_ == 0 && at_ == At::metadata) {
+      metadata[key_] = std::move(s);
+      return true;
+    }
+    return scalar(json_brief(json(s.size() <= 41 ? s : s.substr(0, 41))));
+  }
+  bool start_object() { return open("an object", false); }
+  bool start_array() { return open("an array", true); }
+  bool key(json::string_t& k) {
+    if (skip_ > 0) return true;
+    if (at_ == At::top) {
+      e_ = StEntry{};
+      e_.name = std::move(k);
+      has_dtype_ = has_shape_ = has_offsets_ = false;
+    } else if (at_ == At::metadata) {
+      key_ = std::move(k);
+    } else {  // At::entry
+      field_ = k == "dtype" ? Field::dtype : k == "shape" ? Field::shape
+             : k == "data_offsets" ? Field::offsets : Field::other;
+    }
+    return true;
+  }
+  bool end_object() {
+    if (skip_ > 0) return --skip_, true;
+    if (at_ == At::entry) finish();
+    at_ = at_ == At::top ? At::done : At::top;
+    return true;
+  }
+  bool end_array() {
+    if (skip_ > 0) return --skip_, true;
+    if (at_ == At::offsets)
+      REMAT_CHECK(n_offsets_ == 2, "remat::io::read_safetensors: ", where(), " has ", n_offsets_,
+                  n_offsets_ == 1 ? " value" : " values", " in field 'data_offsets' (expected [begin, end])");
+    at_ = At::entry;
+    return true;
+  }
+
+ private:
+  enum class At { start, top, metadata, entry, shape, offsets, done };
+  enum class Field { dtype, shape, offsets, other };
+
+  std::string where() const { return "tensor '" + shown(e_.name) + "' of '" + path_ + "'"; }
+  bool metadata_now() const { return at_ == At::top && e_.name == "__metadata__"; }
+
+  // A value that is not a container, `brief` describing it for messages.
+  bool scalar(const std::string& brief) {
+    // ignored: inside an ignored value, a metadata value that is not a string (as before), or
+    // an entry's unknown field
+    if (skip_ > 0 || at_ == At::metadata || (at_ == At::entry && field_ == Field::other)) return true;
+    bad(brief);
+  }
+  // Starts an object or an array.
+  bool open(const char* brief, bool array) {
+    if (skip_ > 0) return ++skip_, true;
+    if (at_ == At::start) {
+      REMAT_CHECK(!array, "remat::io::read_safetensors: the header of '", path_, "' is an array, "
+                  "not a JSON object {\"name\": {\"dtype\", \"shape\", \"data_offsets\"}, ...}");
+      at_ = At::top;
+    } else if (at_ == At::top && !array) {
+      at_ = metadata_now() ? At::metadata : At::entry;
+      field_ = Field::other;
+    } else if (at_ == At::metadata || (at_ == At::entry && field_ == Field::other)) {
+      skip_ = 1;  // a nested metadata value or an unknown field: ignored (the scan bounds it)
+    } else if (at_ == At::entry && array && field_ == Field::shape) {
+      REMAT_CHECK(!has_shape_, "remat::io::read_safetensors: ", where(), " has two fields 'shape'");
+      has_shape_ = true;
+      at_ = At::shape;
+    } else if (at_ == At::entry && array && field_ == Field::offsets) {
+      has_offsets_ = true;
+      n_offsets_ = 0;
+      at_ = At::offsets;
+    } else {
+      bad(brief);
+    }
+    return true;
+  }
+  // A value of the wrong kind where the header has a fixed schema.
+  [[noreturn]] void bad(const std::string& found) const {
+    const char* op = "remat::io::read_safetensors: ";
+    if (at_ == At::start)
+      throw Error(::remat::detail::cat(op, "the header of '", path_, "' is ", found, ", not a JSON "
+                                       "object {\"name\": {\"dtype\", \"shape\", \"data_offsets\"}, ...}"));
+    if (metadata_now())
+      throw Error(::remat::detail::cat(op, "__metadata__ of '", path_, "' is ", found,
+                                       ", not an object (expected {\"key\": \"value\", ...})"));
+    if (at_ == At::top)
+      throw Error(::remat::detail::cat(op, where(), " is ", found, ", not an object: it lacks dtype, "
+                                       "shape or data_offsets [begin, end]"));
+    // a nested value is named in parentheses: "a bad dimension (an array)"
+    const std::string f = found.rfind("an ", 0) == 0 ? "(" + found + ")" : found;
+    if (at_ == At::shape)
+      throw Error(::remat::detail::cat(op, where(), " has a bad dimension ", f, " in field "
+                                       "'shape' (expected integers >= 0)"));
+    if (at_ == At::offsets)
+      throw Error(::remat::detail::cat(op, where(), " has a bad value ", f, " in field "
+                                       "'data_offsets' (expected [begin, end], integers with 0 <= "
+                                       "begin <= end)"));
+    const char* field = field_ == Field::dtype ? "dtype" : field_ == Field::shape ? "shape" : "data_offsets";
+    throw Error(::remat::detail::cat(op, where(), " has field '", field, "' ", found,
+                                     field_ == Field::dtype ? " (expected a string: F32, F16 or BF16)"
+                                     : field_ == Field::shape ? " (expected an array of integers >= 0)"
+                                                              : " (expected [begin, end])"));
+  }
+  bool dimension(std::uint64_t d) {
+    REMAT_CHECK(e_.shape.rank() < Shape::kMaxRank, "remat::io::read_safetensors: ", where(),
+                " has more than ", Shape::kMaxRank, " dimensions in field 'shape' (at most ",
+                Shape::kMaxRank, ")");
+    if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      bad(std::to_string(d));
+    e_.shape.push_back(static_cast<std::int64_t>(d));
+    return true;
+  }
+  bool offset(std::uint64_t v) {
+    REMAT_CHECK(n_offsets_ < 2, "remat::io::read_safetensors: ", where(), " has more than 2 "
+                "values in field 'data_offsets' (expected [begin, end])");
+    (n_offsets_++ == 0 ? e_.begin : e_.end) = v;
+    return true;
+  }
+  // The checks of one tensor entry, against the data's real size, before any memory for it.
+  void finish() {
+    const char* op = "read_safetensors";
+    REMAT_CHECK(has_dtype_ && has_shape_ && has_offsets_, "remat::io::read_safetensors: ", where(),
+                " lacks dtype, shape or data_offsets [begin, end] (it has no '",
+                !has_dtype_ ? "dtype" : !has_shape_ ? "shape" : "data_offsets", "')");
+    const std::uint64_t esize = other_ == OtherDtypes::list ? st_any_dtype_size(e_.dtype)
+                                                            : st_dtype_size(e_.dtype);
+    REMAT_CHECK(esize > 0, "remat::io::read_safetensors: ", where(), " has dtype ", e_.dtype,
+                other_ == OtherDtypes::list ? " (expected a safetensors dtype: F32, F16, BF16, "
+                                              "F64, BOOL, U8, I8, I16, U16, I32, U32, I64, U64, "
+                                              "F8_E4M3 or F8_E5M2)"
+                                            : " (expected F32, F16 or BF16)");
+    // Shape::numel_fits: the product of the nonzero dimensions, times 8 bytes, fits int64,
+    // whatever their order ([0, 2^62] and [2^62, 0] are both refused: the dimensions alone would
+    // overflow a stride), so the element and byte counts below cannot wrap (a wrap could match
+    // 0 bytes).
+    REMAT_CHECK(e_.shape.numel_fits(), "remat::io::read_safetensors: ", where(), " has field "
+                "'shape' ", e_.shape.str(), " whose element count overflows (expected a product of "
+                "the dimensions that fits the ", data_size_, " bytes of data; the file is corrupt "
+                "or crafted)");
+    e_.numel = static_cast<std::uint64_t>(e_.shape.numel());
+    const std::uint64_t nbytes = checked_mul(e_.numel, esize, op, where(), "the byte count of 'shape'");
+    REMAT_CHECK(e_.begin <= e_.end && e_.end <= data_size_, "remat::io::read_safetensors: ", where(),
+                " has data_offsets [", e_.begin, ", ", e_.end, "] outside the ", data_size_,
+                " bytes of data (the header lies, or the file is truncated)");
+    REMAT_CHECK(e_.end - e_.begin == nbytes, "remat::io::read_safetensors: ", where(), " has shape ",
+                e_.shape.str(), " ", e_.dtype, " (", nbytes, " bytes) but data_offsets span ",
+                e_.end - e_.begin, " bytes");
+    entries.push_back(std::move(e_));
+  }
+
+  const std::string& path_;
+  std::uint64_t data_size_;
+  OtherDtypes other_;
+  At at_ = At::start;
+  Field field_ = Field::other;
+  std::uint64_t skip_ = 0;  // > 0: inside a value that is ignored, this many levels deep
+  StEntry e_;               // the entry being read
+  bool has_dtype_ = false, has_shape_ = false, has_offsets_ = false;
+  int n_offsets_ = 0;
+  std::string key_;         // the metadata key being read
+};
+
+/// Where the tensor data comes from: a regular file, read where each tensor lies (pread), or
+/// the rest of a pipe or terminal, read to its end into memory.
+class StData {
+ public:
+  StData(const std::string& path, int fd, std::uint64_t base, std::vector<char> buffered)
+      : path_(path), fd_(fd), base_(base), buf_(std::move(buffered)) {}
+  /// Copies data bytes [at, at + n) to dst (inside the data: the header was checked).
+  void read(std::uint64_t at, char* dst, std::uint64_t n) const {
+    if (fd_ < 0) {
+      if (n) std::memcpy(dst, buf_.data() + at, static_cast<std::size_t>(n));
+      return;
+    }
+    while (n > 0) {
+      const ::ssize_t r = ::pread(fd_, dst, static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30)),
+                                  static_cast<off_t>(base_ + at));
+      if (r < 0 && errno == EINTR) continue;
+      REMAT_CHECK(r > 0, "remat::io::read_safetensors: cannot read '", path_, "' at byte ", base_ + at,
+                  ": ", r < 0 ? std::strerror(errno) : "end of file",
+                  " (did it change while being read?)");
+      dst += r;
+      at += static_cast<std::uint64_t>(r);
+      n -= static_cast<std::uint64_t>(r);
+    }
+  }
+
+ private:
+  const std::string& path_;
+  int fd_;
+  std::uint64_t base_;
+  std::vector<char> buf_;
+};
+
+/// Reads exactly n bytes from a stream (fd at its current position); fewer at its end.
+inline std::uint64_t read_some(int fd, char* dst, std::uint64_t n) {
+  std::uint64_t done = 0;
+  while (done < n) {
+    const ::ssize_t r = ::read(fd, dst + done, static_cast<std::size_t>(std::min<std::uint64_t>(n - done, 1u << 30)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += static_cast<std::uint64_t>(r);
+  }
+  return done;
+}
+
 inline SafetensorsFile read_safetensors_unchecked(const std::string& path, OtherDtypes other);
+
 }  // namespace detail
 
 /// Reads and validates a safetensors file; F32, F16 and BF16 tensors come back as fp32, and a
 /// tensor of another dtype is an error, or (OtherDtypes::list) listed in `other_dtypes`.
-/// NOTE [hostile files]: every size in the header (header length, dimensions, their product,
-/// byte counts, offsets) is checked, with overflow detected, against the file's real size before
-/// any tensor memory is reserved, so a small file cannot ask for more memory than it holds.
-/// Every failure is a remat::Error naming the file, the tensor and the field: no std::
-/// exception (json parse errors, length_error, bad_alloc) escapes.
+/// NOTE [hostile files]: the file is read in order of trust. The 8-byte header length is
+/// checked against kSafetensorsMaxHeader and the file's size before the header is read; the
+/// header is parsed within kSafetensorsHeaderLimits without a DOM (NOTE [hostile JSON] in
+/// io/json.hpp); every size in it (dimensions, their product, byte counts, offsets) is checked,
+/// with overflow detected, against the data's real size, and the tensors for overlaps; only
+/// then is each tensor read, straight into its fp32 vector, so a small file cannot ask for more
+/// memory than it holds and the file is never in memory twice (a pipe's data is read to its
+/// end first: it has no size to check). Every failure is a remat::Error naming the file, the
+/// tensor and the field: no std:: exception (json parse errors, length_error, bad_alloc)
+/// escapes, and running out of memory is remat::OutOfMemory.
 inline SafetensorsFile read_safetensors(const std::string& path,
                                        OtherDtypes other = OtherDtypes::error) {
   try {
@@ -189,111 +396,81 @@ inline SafetensorsFile read_safetensors(const std::string& path,
 
 namespace detail {
 inline SafetensorsFile read_safetensors_unchecked(const std::string& path, OtherDtypes other) {
-  const char* op = "read_safetensors";
-  const std::vector<char> buf = detail::read_file(path, op);
-  REMAT_CHECK(buf.size() >= 8, "remat::io::read_safetensors: '", path, "' has ", buf.size(),
-              " bytes; a safetensors file has at least 8 (the header length): truncated?");
+  const std::uint64_t size = file_size(path, "read_safetensors");  // kNoSizeCap: a stream
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  REMAT_CHECK(fd >= 0, "remat::io::read_safetensors: cannot open '", path, "': ", std::strerror(errno),
+              " (does the file exist and is it readable?)");
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  const bool stream = size == kNoSizeCap;
+  unsigned char len[8];
+  const std::uint64_t got = read_some(fd, reinterpret_cast<char*>(len), 8);
+  REMAT_CHECK(got == 8 && (stream || size >= 8), "remat::io::read_safetensors: '", path, "' has ",
+              stream ? got : size, " bytes; a safetensors file has at least 8 (the header length): "
+              "truncated?");
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(buf[static_cast<std::size_t>(i)]);
-  REMAT_CHECK(n <= buf.size() - 8, "remat::io::read_safetensors: '", path, "' says its header has ",
-              n, " bytes but only ", buf.size() - 8, " follow the length field (truncated, or not "
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  REMAT_CHECK(n <= kSafetensorsMaxHeader, "remat::io::read_safetensors: '", path, "' says its header "
+              "has ", n, " bytes, more than the ", kSafetensorsMaxHeader, " a safetensors header may "
+              "have (the reference implementation's limit; corrupt, or not a safetensors file)");
+  REMAT_CHECK(stream || n <= size - 8, "remat::io::read_safetensors: '", path, "' says its header has ",
+              n, " bytes but only ", size - 8, " follow the length field (truncated, or not "
               "a safetensors file)");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(buf.begin() + 8, buf.begin() + 8 + static_cast<std::ptrdiff_t>(n));
-  } catch (const std::exception& e) {
-    throw Error(::remat::detail::cat("remat::io::read_safetensors: the header of '", path,
-                                     "' is not valid JSON: ", e.what()));
+  std::string header(static_cast<std::size_t>(n), '\0');
+  const std::uint64_t hgot = read_some(fd, header.data(), n);
+  REMAT_CHECK(hgot == n, "remat::io::read_safetensors: '", path, "' says its header has ", n,
+              " bytes but only ", hgot, " follow the length field (truncated, ",
+              stream ? "or not a safetensors file)" : "or it changed while being read)");
+  std::vector<char> buffered;  // a stream's data, read to its end: it has no size to check first
+  if (stream) {
+    char chunk[65536];
+    for (std::uint64_t r; (r = read_some(fd, chunk, sizeof chunk)) > 0;) buffered.insert(buffered.end(), chunk, chunk + r);
   }
-  REMAT_CHECK(header.is_object(), "remat::io::read_safetensors: the header of '", path,
-              "' is not a JSON object");
-  const std::uint64_t data_size = buf.size() - 8 - n;
-  const char* data = buf.data() + 8 + n;
+  const std::uint64_t data_size = stream ? buffered.size() : size - 8 - n;
+  StHeader h(path, data_size, other);
+  scan_json(header, kSafetensorsHeaderLimits, h, "remat::io::read_safetensors", "header of", path);
+  std::string().swap(header);  // the tensors are checked: the text is not needed any more
+  std::sort(h.entries.begin(), h.entries.end(),
+            [](const StEntry& a, const StEntry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  for (std::size_t i = 1; i < h.entries.size(); ++i)
+    REMAT_CHECK(h.entries[i].begin >= h.entries[i - 1].end, "remat::io::read_safetensors: tensors '",
+                shown(h.entries[i - 1].name), "' and '", shown(h.entries[i].name), "' of '", path,
+                "' overlap: bytes [", h.entries[i].begin, ", ", h.entries[i].end, ") start inside [",
+                h.entries[i - 1].begin, ", ", h.entries[i - 1].end, ")");
   SafetensorsFile out;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const auto& v = it.value();
-    if (name == "__metadata__") {
-      REMAT_CHECK(v.is_object(), "remat::io::read_safetensors: __metadata__ of '", path,
-                  "' is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m)
-        if (m.value().is_string()) out.metadata[m.key()] = m.value().get<std::string>();
+  out.metadata = std::move(h.metadata);
+  const StData data(path, stream ? -1 : fd, 8 + n, std::move(buffered));
+  std::vector<std::uint16_t> half;
+  for (StEntry& e : h.entries) {
+    if (!st_dtype_size(e.dtype)) {  // listed, not read
+      out.other_dtypes.emplace(std::move(e.name), e.dtype);
       continue;
     }
-    const std::string where = "tensor '" + name + "' of '" + path + "'";
-    REMAT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
-                    v.contains("data_offsets") && v["dtype"].is_string() &&
-                    v["shape"].is_array() && v["data_offsets"].is_array() &&
-                    v["data_offsets"].size() == 2,
-                "remat::io::read_safetensors: ", where, " lacks dtype, shape or data_offsets [begin, end]");
-    const std::string dt = v["dtype"].get<std::string>();
-    // A dtype remat does not convert is still checked (shape, offsets, overlaps) when listed.
-    const bool converted = detail::st_dtype_size(dt) > 0;
-    const std::uint64_t esize = other == OtherDtypes::list ? detail::st_any_dtype_size(dt)
-                                                           : detail::st_dtype_size(dt);
-    REMAT_CHECK(esize > 0, "remat::io::read_safetensors: ", where, " has dtype ", dt,
-                other == OtherDtypes::list ? " (expected a safetensors dtype: F32, F16, BF16, "
-                                             "F64, BOOL, U8, I8, I16, U16, I32, U32, I64, U64, "
-                                             "F8_E4M3 or F8_E5M2)"
-                                           : " (expected F32, F16 or BF16)");
-    HostTensor t;
-    REMAT_CHECK(v["shape"].size() <= static_cast<std::size_t>(Shape::kMaxRank),
-                "remat::io::read_safetensors: ", where, " has ", v["shape"].size(),
-                " dimensions in field 'shape' (at most ", Shape::kMaxRank, ")");
-    for (const auto& d : v["shape"]) {
-      REMAT_CHECK(d.is_number_unsigned() &&
-                      d.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
-                  "remat::io::read_safetensors: ", where, " has a bad dimension ", d.dump(),
-                  " in field 'shape' (expected integers >= 0)");
-      t.shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
-    }
-    // Shape::numel_fits: the product of the dimensions, times 8 bytes, fits in int64; so the
-    // element count and the byte count below cannot wrap (a wrapped product could match 0 bytes).
-    REMAT_CHECK(t.shape.numel_fits(), "remat::io::read_safetensors: ", where, " has field 'shape' ",
-                t.shape.str(), " whose element count overflows (expected a product of the "
-                "dimensions that fits the ", data_size, " bytes of data; the file is corrupt or crafted)");
-    const std::uint64_t numel = static_cast<std::uint64_t>(t.shape.numel());
-    const std::uint64_t nbytes = checked_mul(numel, esize, op, where, "the byte count of 'shape'");
-    const auto& off = v["data_offsets"];
-    REMAT_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-                "remat::io::read_safetensors: ", where, " has non-integer data_offsets ", off.dump(),
-                " (expected [begin, end] with 0 <= begin <= end)");
-    const std::uint64_t b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
-    REMAT_CHECK(b <= e && e <= data_size, "remat::io::read_safetensors: ", where,
-                " has data_offsets [", b, ", ", e, "] outside the ", data_size,
-                " bytes of data (the header lies, or the file is truncated)");
-    REMAT_CHECK(e - b == nbytes, "remat::io::read_safetensors: ", where, " has shape ",
-                t.shape.str(), " ", dt, " (", nbytes, " bytes) but data_offsets span ",
-                e - b, " bytes");
-    ranges.emplace_back(b, e);
-    if (!converted) {  // listed, not read
-      out.other_dtypes.emplace(name, dt);
-      continue;
-    }
-    t.data.resize(static_cast<std::size_t>(numel));  // numel * esize <= data_size: bounded by the file
-    const char* src = data + b;
-    if (dt == "F32") {
-      if (numel) std::memcpy(t.data.data(), src, static_cast<std::size_t>(nbytes));
-    } else {
-      for (std::uint64_t i = 0; i < numel; ++i) {
-        std::uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        if (dt == "F16") {
-          t.data[static_cast<std::size_t>(i)] = detail::half_to_float(h);
-        } else {
-          const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-          std::memcpy(&t.data[static_cast<std::size_t>(i)], &bits, 4);
+    HostTensor t{e.shape, std::vector<float>(static_cast<std::size_t>(e.numel))};  // bounded by the file
+    if (e.dtype == "F32") {
+      data.read(e.begin, reinterpret_cast<char*>(t.data.data()), e.end - e.begin);
+    } else {  // F16 or BF16, converted in chunks
+      const bool f16 = e.dtype == "F16";
+      half.resize(static_cast<std::size_t>(std::min<std::uint64_t>(e.numel, 65536)));
+      for (std::uint64_t i = 0; i < e.numel;) {
+        const std::uint64_t k = std::min<std::uint64_t>(e.numel - i, half.size());
+        data.read(e.begin + 2 * i, reinterpret_cast<char*>(half.data()), 2 * k);
+        for (std::uint64_t j = 0; j < k; ++j) {
+          float& dst = t.data[static_cast<std::size_t>(i + j)];
+          if (f16) {
+            dst = half_to_float(half[static_cast<std::size_t>(j)]);
+          } else {
+            const std::uint32_t bits = static_cast<std::uint32_t>(half[static_cast<std::size_t>(j)]) << 16;
+            std::memcpy(&dst, &bits, 4);
+          }
         }
+        i += k;
       }
     }
-    out.tensors.emplace(name, std::move(t));
+    out.tensors.emplace(std::move(e.name), std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (std::size_t i = 1; i < ranges.size(); ++i)
-    REMAT_CHECK(ranges[i].first >= ranges[i - 1].second, "remat::io::read_safetensors: tensors of '",
-                path, "' overlap: bytes [", ranges[i].first, ", ", ranges[i].second,
-                ") start inside [", ranges[i - 1].first, ", ", ranges[i - 1].second, ")");
   return out;
 }
 }  // namespace detail

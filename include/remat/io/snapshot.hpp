@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <limits>
 #include <system_error>
+#include <type_traits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,14 +72,17 @@ inline const std::string& meta(const SafetensorsFile& f, const char* k, const st
               "' (is it a remat snapshot?)");
   return it->second;
 }
-/// Metadata `k` as a decimal integer in [lo, hi]: digits only (a '-' only when lo < 0), no
-/// spaces, no '+', no trailing characters.
+/// Metadata `k` as a decimal integer in [lo, hi]: digits only (a '-' only when lo < 0, and
+/// never "-0"), no spaces, no '+', no trailing characters. (from_chars alone reads "-0" as 0.)
 template <class T>
 T meta_int(const SafetensorsFile& f, const char* k, const std::string& path, T lo, T hi) {
   const std::string& s = meta(f, k, path);
+  bool sign_ok = !s.empty() && s[0] != '-';
+  if constexpr (std::is_signed_v<T>)  // (a constexpr branch: nvcc warns on unsigned < 0)
+    sign_ok = sign_ok || (!s.empty() && lo < T{0} && s.size() > 1 && s[1] != '0');
   T v{};
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 10);
-  REMAT_CHECK(ec == std::errc() && end == s.data() + s.size() && v >= lo && v <= hi,
+  REMAT_CHECK(sign_ok && ec == std::errc() && end == s.data() + s.size() && v >= lo && v <= hi,
               "remat::io::load_state: metadata '", k, "' of '", path, "' is '", s,
               "' (expected an integer from ", lo, " to ", hi, " with nothing around it; the "
               "snapshot is corrupt or was edited)");
@@ -172,6 +177,29 @@ inline void check_format(const SafetensorsFile& f, const std::string& path) {
               "weights only, load them as a model file");
 }
 
+/// Every tensor of the snapshot must be one load_state restores: "model.<parameter>", and the
+/// optimizer state of a parameter for the optimizer in use. Another (a parameter the model
+/// lacks, another optimizer's state) means the snapshot belongs to another model or run.
+template <class Named>
+void check_tensor_names(const SafetensorsFile& f, const std::string& path, const Named& named,
+                        bool adamw, bool sgd) {
+  std::set<std::string> params;
+  for (const auto& p : named) params.insert(p.first);
+  const auto known = [&](const std::string& key) {
+    for (const char* prefix : {"model.", "adamw.m.", "adamw.v.", "sgd.momentum."}) {
+      const std::string pre(prefix);
+      if (key.rfind(pre, 0) != 0 || !params.count(key.substr(pre.size()))) continue;
+      if (pre == "model." || (adamw && pre.rfind("adamw.", 0) == 0) || (sgd && pre == "sgd.momentum."))
+        return true;
+    }
+    return false;
+  };
+  for (const auto& kv : f.tensors)
+    REMAT_CHECK(known(kv.first), "remat::io::load_state: '", path, "' has tensor '", shown(kv.first),
+                "', which is neither a parameter of the model ('model.<name>') nor the state of the "
+                "optimizer in use for one (was it saved from another model or optimizer?)");
+}
+
 template <class B>
 TrainState load_state_impl(const SafetensorsFile& f, const std::string& path, nn::Module<B>& model,
                            optim::AdamW<B>* adamw, optim::SGD<B>* sgd) {
@@ -203,11 +231,27 @@ TrainState load_state_impl(const SafetensorsFile& f, const std::string& path, nn
   // Then every tensor (presence, shape, values) in a first pass that copies nothing, so a
   // rejected snapshot leaves the model and the optimizer as they were.
   const auto& named = model.named_parameters();
+  check_tensor_names(f, path, named, adamw != nullptr, sgd != nullptr);
   for (const bool apply : {false, true}) {
     const auto checked = [apply](Values v) { return apply ? Values::any : v; };  // once is enough
     for (std::size_t i = 0; i < named.size(); ++i) {
       const auto& [name, t] = named[i];
-      detail::restore<B>(f, "model." + name, t.shape(), apply ? t.template data<float>() : nullptr, path);
+      detail::restore<B>(f, "model." + name, t.shape(),
+                         apply ? t.template mutable_data<float>() : nullptr, path);
+      // NOTE [snapshot optimizer state]: the snapshot is the optimizer's whole state. A
+      // parameter without moments in it never had a gradient in the saved run, and must have
+      // none after the load: an optimizer that has some (it stepped before load_state) would
+      // keep them beside the snapshot's step count, a state no run ever had. That is an error.
+      if (!apply && adamw && !f.tensors.count("adamw.m." + name) && !f.tensors.count("adamw.v." + name))
+        REMAT_CHECK(!adamw->has_moments(i), "remat::io::load_state: '", path, "' has no optimizer "
+                    "state 'adamw.m.", name, "' or 'adamw.v.", name, "', but the optimizer has "
+                    "moments for '", name, "' from earlier steps (NOTE [snapshot optimizer state]: "
+                    "load a snapshot into a fresh optimizer, before any step)");
+      if (!apply && sgd && !f.tensors.count("sgd.momentum." + name))
+        REMAT_CHECK(!sgd->has_momentum_buffer(i), "remat::io::load_state: '", path, "' has no "
+                    "optimizer state 'sgd.momentum.", name, "', but the optimizer has a momentum "
+                    "buffer for '", name, "' from earlier steps (NOTE [snapshot optimizer state]: "
+                    "load a snapshot into a fresh optimizer, before any step)");
       if (adamw && (f.tensors.count("adamw.m." + name) || f.tensors.count("adamw.v." + name))) {
         const auto mv = apply ? adamw->moments(i) : std::pair<float*, float*>{nullptr, nullptr};
         detail::restore<B>(f, "adamw.m." + name, t.shape(), mv.first, path, checked(Values::finite));

@@ -8,28 +8,51 @@
 //   std::vector<std::int32_t> ids = tok.encode("Hello world");   // {15496, 995}
 //   std::string back = tok.decode(ids);                           // "Hello world"
 //
-// NOTE [GPT-2 pre-tokenization]: before BPE, text is cut into pieces by GPT-2's regex
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// tried left to right, first alternative that matches. `pretokenize` implements it by hand
-// (no std::regex): at each position, an ASCII contraction; else an optional single space
-// followed by a run of letters, of numbers, or of anything that is neither (nor whitespace);
-// else a whitespace run, which leaves its last character to the next piece when a
-// non-whitespace character follows (that is what the lookahead (?!\S) does), unless the run
-// is a single character. Classes are Unicode's L and N (unicode_tables.hpp) and JavaScript's \s.
-// Each piece's UTF-8 bytes then go through BPE independently.
+// NOTE [Byte-level BPE]: vocabulary files spell each token's bytes with GPT-2's printable stand-in
+// characters (byte 0x20 is "Ġ", U+0120; byte_stand_in). Every vocabulary key is mapped back to
+// raw bytes at load, as encoder.py's byte decoder does, whatever it looks like: "<|endoftext|>"
+// is its own 13 ASCII bytes, "<Ġ>" is "< >". Encoding works on bytes and ids: a piece starts as
+// one token per byte; the adjacent pair with the lowest merge rank is merged, every occurrence
+// left to right, then the next lowest, until no adjacent pair has a rank (encoder.py's
+// algorithm; tiktoken merges one pair at a time, the one making the lowest id, which gives the
+// same ids for GPT-2's files). A merge's rank is its line in the merges file (0 first); a merge
+// listed twice takes its last line's rank, as encoder.py's dict(zip(merges, range(...))) and
+// Hugging Face's tokenizers do. O(n log n) per piece with a heap of candidate pairs (stale
+// entries skipped), so a 100 KB run of one character is no problem; pieces already seen come
+// from a cache. The pieces: text/pretokenize.hpp (NOTE [GPT-2 pre-tokenization]).
 //
-// NOTE [Byte-level BPE]: the files spell tokens in GPT-2's printable stand-ins for bytes
-// (byte 0x20 is "Ġ", and so on). We map every token back to its raw bytes once, at load, so
-// encoding works on bytes and token ids: a piece starts as one token per byte; the adjacent
-// pair with the lowest merge rank is merged, every occurrence left to right, until no pair has
-// a rank: the reference's algorithm, in O(n log n) with a heap of candidate pairs (stale
-// entries skipped), so a 100 KB run of one character is no problem.
-// Pieces already seen come from a cache.
+// NOTE [Special tokens]: a token is special (encode() matches its text literally before
+// pre-tokenization; encode_ordinary() never does) only where the files declare it: a Hugging Face
+// tokenizer.json's "added_tokens" (each one, special or not, as Hugging Face matches them), and
+// for encoder.json/vocab.json, which declare nothing, GPT-2's convention that the vocabulary's
+// "<|endoftext|>" is the end-of-text token (what OpenAI's tiktoken declares for GPT-2). Never by
+// shape: "<pad>" in a vocabulary is an ordinary token, its five bytes, unless declared. An
+// added token's bytes are its text's UTF-8; a vocabulary key that is not a stand-in spelling is
+// an error unless added_tokens declares it with the same id. Added tokens that strip spaces
+// around them (lstrip, rstrip, single_word) are refused rather than matched differently.
+//
+// NOTE [Tokenizer files]: files are read with caps sized to real ones, checked before memory is
+// reserved, and JSON is parsed through io::parse_json (NOTE [hostile JSON]: depth <= 64, a value
+// count, no duplicate keys):
+//   vocab.json / encoder.json  16 MiB, 1,000,001 values  (GPT-2: 1.04 MB, 50,257 tokens; a large
+//                                                        one, Qwen2's: 2.8 MB, 151,643 tokens)
+//   merges.txt / vocab.bpe     16 MiB                    (GPT-2: 0.46 MB; Qwen2's: 1.7 MB)
+//   tokenizer.json             64 MiB, 4,000,000 values  (GPT-2: 1.4 MB; Llama 3's: 9.1 MB, ~0.4M
+//                                                        values, ~1M with merges as arrays)
+// Ids are checked against the file's entry count (vocabulary plus added tokens) before any table
+// is sized, so a 15-byte {"!": 16777215} is an error, not a 16M-entry table; every id below the
+// largest must be used once. A tokenizer.json whose normalizer, pre-tokenizer or model options
+// would tokenize differently from GPT-2 (a Split regex, add_prefix_space, dropout, ignore_merges,
+// subword prefixes) is an error naming the field, never silently GPT-2's rules. Running out of
+// memory while loading is remat::OutOfMemory, never std::terminate (io::JsonDocument).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <new>
 #include <queue>
 #include <string>
 #include <string_view>
@@ -41,7 +64,10 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/error.hpp"
-#include "../io/safetensors.hpp"  // io::detail::read_file
+#include "../io/file.hpp"
+#include "../io/json.hpp"
+#include "vocab_scan.hpp"
+#include "pretokenize.hpp"
 #include "unicode.hpp"
 
 namespace remat::text {
@@ -61,75 +87,20 @@ inline std::uint32_t byte_stand_in(unsigned char b) {
   return table[b];
 }
 
-/// Cuts text (valid UTF-8) into GPT-2's pre-tokens (NOTE [GPT-2 pre-tokenization]) and calls
-/// `piece(std::string_view)` for each, in order; together they are exactly `text`.
-template <class F>
-void pretokenize(std::string_view s, F&& piece) {
-  enum Class { letter, number, space, other };
-  const auto at = [&](std::size_t i) { return detail::decode_one(s, i); };
-  const auto class_of = [](std::uint32_t cp) {
-    return is_letter(cp) ? letter : is_number(cp) ? number : is_space(cp) ? space : other;
-  };
-  const std::size_t n = s.size();
-  std::size_t pos = 0;
-  while (pos < n) {
-    const std::size_t start = pos;
-    // 's 't 're 've 'm 'll 'd
-    if (s[pos] == '\'' && pos + 1 < n) {
-      const char c1 = s[pos + 1];
-      const char c2 = pos + 2 < n ? s[pos + 2] : '\0';
-      std::size_t len = 0;
-      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') len = 2;
-      else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) len = 3;
-      if (len) {
-        piece(s.substr(pos, len));
-        pos += len;
-        continue;
-      }
-    }
-    // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': an optional space, then a run of one class
-    std::size_t p = pos;
-    if (s[p] == ' ' && p + 1 < n) ++p;
-    detail::Decoded d = at(p);
-    Class c = class_of(d.cp);
-    if (p != pos && c == space) {  // the space starts a whitespace run instead
-      p = pos;
-      d = at(p);
-      c = space;
-    }
-    if (c != space) {
-      do {
-        p += d.len;
-        if (p >= n) break;
-        d = at(p);
-      } while (class_of(d.cp) == c);
-      piece(s.substr(start, p - start));
-      pos = p;
-      continue;
-    }
-    // '\s+(?!\S)' then '\s+': the whole run at the end of the text or when it is one character,
-    // else all but its last character
-    std::size_t last = p, count = 0;
-    while (p < n) {
-      d = at(p);
-      if (!is_space(d.cp)) break;
-      last = p;
-      p += d.len;
-      ++count;
-    }
-    if (p < n && count >= 2) p = last;
-    piece(s.substr(start, p - start));
-    pos = p;
-  }
-}
+/// File caps (NOTE [Tokenizer files]).
+inline constexpr io::JsonLimits kVocabJsonLimits{16u << 20, 64, 1'000'001};
+inline constexpr std::uint64_t kMergesMaxBytes = 16u << 20;
+inline constexpr io::JsonLimits kTokenizerJsonLimits{64u << 20, 64, 4'000'000};
 
 class Gpt2Tokenizer {
  public:
   /// GPT-2's own files: `encoder.json` (token -> id) and `vocab.bpe` (merges, best first),
   /// or the same content as Hugging Face's `vocab.json` and `merges.txt`.
   static Gpt2Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt) {
-    const std::vector<char> v = io::detail::read_file(vocab_json, "Gpt2Tokenizer");
-    const std::vector<char> m = io::detail::read_file(merges_txt, "Gpt2Tokenizer");
+    const std::vector<char> v =
+        io::read_file(vocab_json, "Gpt2Tokenizer", kVocabJsonLimits.max_bytes, "a vocab.json (encoder.json)");
+    const std::vector<char> m =
+        io::read_file(merges_txt, "Gpt2Tokenizer", kMergesMaxBytes, "a merges.txt (vocab.bpe)");
     return from_text(std::string_view(v.data(), v.size()), std::string_view(m.data(), m.size()),
                      vocab_json, merges_txt);
   }
@@ -137,68 +108,80 @@ class Gpt2Tokenizer {
   static Gpt2Tokenizer from_text(std::string_view vocab_json, std::string_view merges_txt,
                                  const std::string& vocab_name = "the vocabulary",
                                  const std::string& merges_name = "the merges") {
-    Gpt2Tokenizer t;
-    t.load_vocab(parse_json(vocab_json, vocab_name, "vocabulary"), vocab_name);
-    std::vector<std::pair<std::string, std::string>> merges;
-    std::string_view rest = merges_txt;
-    std::size_t line_no = 0;
-    while (!rest.empty()) {
-      const std::size_t eol = rest.find('\n');
-      std::string_view line = rest.substr(0, eol);
-      rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
-      ++line_no;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-      const std::size_t sp = line.find(' ');
-      REMAT_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
-                      line.find(' ', sp + 1) == std::string_view::npos,
-                  "remat::text::Gpt2Tokenizer: line ", line_no, " of '", merges_name,
-                  "' is not a merge (expected two tokens separated by one space, e.g. \"\u0120 t\"; "
-                  "found \"", std::string(line.substr(0, 80)), "\")");
-      merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
-    }
-    t.load_merges(merges, merges_name);
-    return t;
+    return loading(vocab_name, [&] {
+      Gpt2Tokenizer t;
+      {
+        const auto v = parse(vocab_json, kVocabJsonLimits, "vocabulary", vocab_name, {});
+        t.load_vocab(v.dom, {}, vocab_name);
+      }  // the DOM's memory back before the merges
+      // GPT-2's convention (NOTE [Special tokens]): these files declare no special tokens.
+      const auto eot = t.id_of_.find("<|endoftext|>");
+      if (eot != t.id_of_.end()) t.declare_special("<|endoftext|>", eot->second);
+      REMAT_CHECK(merges_txt.size() <= kMergesMaxBytes, kWho, ": the merges '", merges_name, "' have ",
+                  merges_txt.size(), " bytes, more than the ", kMergesMaxBytes,
+                  " allowed (a real one is far smaller; is it the right file?)");
+      std::string_view rest = merges_txt;
+      std::size_t line_no = 0;
+      std::int32_t rank = 0;
+      while (!rest.empty()) {
+        const std::size_t eol = rest.find('\n');
+        std::string_view line = rest.substr(0, eol);
+        rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+        ++line_no;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+        const std::size_t sp = line.find(' ');
+        REMAT_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
+                        line.find(' ', sp + 1) == std::string_view::npos,
+                    kWho, ": line ", line_no, " of '", merges_name,
+                    "' is not a merge (expected two tokens separated by one space, e.g. \"\u0120 t\"; "
+                    "found ", brief(line), ")");
+        t.add_merge(line.substr(0, sp), line.substr(sp + 1), rank++, merges_name);
+      }
+      return t;
+    });
   }
 
-  /// A Hugging Face `tokenizer.json` whose model is BPE (GPT-2's, or one with its layout).
+  /// A Hugging Face `tokenizer.json` whose model is BPE with GPT-2's rules (NOTE [Tokenizer files]).
   static Gpt2Tokenizer from_tokenizer_json(const std::string& path) {
-    const std::vector<char> buf = io::detail::read_file(path, "Gpt2Tokenizer");
-    const nlohmann::json j = parse_json(std::string_view(buf.data(), buf.size()), path, "tokenizer.json");
-    const auto bad = [&](const std::string& what) {
-      return Error(::remat::detail::cat("remat::text::Gpt2Tokenizer: '", path, "' ", what,
-                                        " (expected a Hugging Face tokenizer.json with \"model\": "
-                                        "{\"type\": \"BPE\", \"vocab\": {...}, \"merges\": [...]})"));
-    };
-    if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) throw bad("has no model");
-    const nlohmann::json& model = j["model"];
-    if (model.contains("type") && !(model["type"].is_string() && model["type"] == "BPE"))
-      throw bad("has a model that is not BPE");
-    if (!model.contains("vocab") || !model.contains("merges") || !model["merges"].is_array())
-      throw bad("has no vocab or merges");
-    Gpt2Tokenizer t;
-    t.load_vocab(model["vocab"], path);
-    if (j.contains("added_tokens") && j["added_tokens"].is_array())  // <|endoftext|> lives here
-      for (const auto& a : j["added_tokens"])
-        if (a.is_object() && a.contains("content") && a["content"].is_string() && a.contains("id") &&
-            a["id"].is_number_integer())
-          t.add_token(a["content"].get<std::string>(), a["id"].get<std::int64_t>(), path);
-    std::vector<std::pair<std::string, std::string>> merges;
-    for (const auto& m : model["merges"]) {
-      if (m.is_string()) {  // "Ġ t"
-        const std::string s = m.get<std::string>();
-        const std::size_t sp = s.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 >= s.size() || s.find(' ', sp + 1) != std::string::npos)
-          throw bad("has a merge \"" + s.substr(0, 80) + "\" that is not two tokens");
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["Ġ", "t"]
-        merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      } else {
-        throw bad("has a merge that is neither \"a b\" nor [\"a\", \"b\"]");
+    const std::vector<char> buf =
+        io::read_file(path, "Gpt2Tokenizer", kTokenizerJsonLimits.max_bytes, "a tokenizer.json");
+    return loading(path, [&] {
+      const std::string_view text(buf.data(), buf.size());
+      const auto parsed = parse(text, kTokenizerJsonLimits, "tokenizer.json", path, {"model", "vocab"});
+      const nlohmann::json& j = parsed.dom;
+      const auto bad = [&](const std::string& what) {
+        return Error(::remat::detail::cat(kWho, ": '", path, "' ", what,
+                                          " (expected a Hugging Face tokenizer.json with \"model\": "
+                                          "{\"type\": \"BPE\", \"vocab\": {...}, \"merges\": [...]})"));
+      };
+      if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) throw bad("has no model");
+      const nlohmann::json& model = j["model"];
+      if (model.contains("type") && !(model["type"].is_string() && model["type"] == "BPE"))
+        throw bad("has a model that is not BPE");
+      if (!model.contains("vocab") || !model.contains("merges") || !model["merges"].is_array())
+        throw bad("has no vocab or merges");
+      check_gpt2_rules(j, path);
+      Gpt2Tokenizer t;
+      const std::vector<Added> added = added_tokens(j, path);
+      t.load_vocab(model["vocab"], added, path);
+      for (const Added& a : added) t.declare_special(a.content, a.id.get<std::int64_t>());
+      std::int32_t rank = 0;
+      for (const auto& m : model["merges"]) {
+        if (m.is_string()) {  // "Ġ t"
+          const std::string& s = m.get_ref<const std::string&>();
+          const std::size_t sp = s.find(' ');
+          if (sp == std::string::npos || sp == 0 || sp + 1 >= s.size() || s.find(' ', sp + 1) != std::string::npos)
+            throw bad("has a merge " + io::json_brief(m) + " that is not two tokens");
+          t.add_merge(std::string_view(s).substr(0, sp), std::string_view(s).substr(sp + 1), rank++, path);
+        } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["Ġ", "t"]
+          t.add_merge(m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>(), rank++, path);
+        } else {
+          throw bad("has a merge (" + io::json_brief(m) + ") that is neither \"a b\" nor [\"a\", \"b\"]");
+        }
       }
-    }
-    t.load_merges(merges, path);
-    return t;
+      return t;
+    });
   }
 
   /// The tokenizer in a directory: encoder.json + vocab.bpe, vocab.json + merges.txt, or
@@ -214,32 +197,42 @@ class Gpt2Tokenizer {
       return from_files(dir + "/vocab.json", dir + "/merges.txt");
     if (has("tokenizer.json")) return from_tokenizer_json(dir + "/tokenizer.json");
     throw Error(::remat::detail::cat(
-        "remat::text::Gpt2Tokenizer: no tokenizer files in '", dir,
+        kWho, ": no tokenizer files in '", dir,
         "' (expected encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json; "
         "hint: GPT-2's are in the Hugging Face repository openai-community/gpt2)"));
   }
 
   std::int64_t vocab_size() const { return static_cast<std::int64_t>(bytes_of_.size()); }
-  /// The id of <|endoftext|> (50256 for GPT-2), or -1 if the vocabulary has none.
+  /// The id of the end-of-text token <|endoftext|> (50256 for GPT-2), or -1 when the files do
+  /// not declare one (NOTE [Special tokens]).
   std::int32_t eot() const { return eot_; }
 
-  /// Token ids of `text`; a literal "<|endoftext|>" is the special token (as Hugging Face's
-  /// GPT2Tokenizer does). Invalid UTF-8 is replaced first (NOTE [Invalid UTF-8]).
+  /// Token ids of `text`; the text of a declared special token (NOTE [Special tokens]; for
+  /// GPT-2, "<|endoftext|>") is that token, the longest where two start at one place. Invalid
+  /// UTF-8 is replaced first (NOTE [Invalid UTF-8]).
   std::vector<std::int32_t> encode(std::string_view text) const {
     std::vector<std::int32_t> ids;
-    const std::string_view special = "<|endoftext|>";
-    while (eot_ >= 0) {
-      const std::size_t at = text.find(special);
+    std::vector<std::size_t> next(specials_.size());  // each special's next occurrence, or npos
+    for (std::size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(specials_[k].first);
+    std::size_t pos = 0;
+    for (;;) {
+      std::size_t at = std::string_view::npos, best = 0;
+      for (std::size_t k = 0; k < specials_.size(); ++k) {
+        if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(specials_[k].first, pos);
+        if (next[k] < at || (next[k] == at && at != std::string_view::npos &&
+                             specials_[k].first.size() > specials_[best].first.size()))
+          at = next[k], best = k;
+      }
       if (at == std::string_view::npos) break;
-      append_ordinary(text.substr(0, at), ids);
-      ids.push_back(eot_);
-      text.remove_prefix(at + special.size());
+      append_ordinary(text.substr(pos, at - pos), ids);
+      ids.push_back(specials_[best].second);
+      pos = at + specials_[best].first.size();
     }
-    append_ordinary(text, ids);
+    append_ordinary(text.substr(pos), ids);
     return ids;
   }
   /// Token ids of `text` with no special tokens: "<|endoftext|>" is 7 ordinary tokens (what
-  /// GPT-2's encoder.py and the npm package gpt-3-encoder do).
+  /// GPT-2's encoder.py and tiktoken's encode_ordinary do).
   std::vector<std::int32_t> encode_ordinary(std::string_view text) const {
     std::vector<std::int32_t> ids;
     append_ordinary(text, ids);
@@ -265,11 +258,14 @@ class Gpt2Tokenizer {
   }
 
  private:
+  static constexpr const char* kWho = "remat::text::Gpt2Tokenizer";
   // bytes_of_[id]: the token's raw bytes; id_of_: the inverse. byte_id_[b]: the token of byte b.
   std::vector<std::string> bytes_of_;
   std::unordered_map<std::string, std::int32_t> id_of_;
   std::int32_t byte_id_[256];
   std::int32_t eot_ = -1;
+  // Declared special tokens (NOTE [Special tokens]): text and id.
+  std::vector<std::pair<std::string, std::int32_t>> specials_;
   // A merge: (left id, right id) -> rank (0 = merged first) and the merged token's id.
   struct Merge {
     std::int32_t rank, id;
@@ -279,17 +275,39 @@ class Gpt2Tokenizer {
   static constexpr std::size_t kCacheMax = 1 << 18;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache_;
 
+  // An entry of tokenizer.json's "added_tokens".
+  struct Added {
+    std::string content;
+    nlohmann::json id;  // as the file has it: checked with the vocabulary's ids
+  };
+
   static std::uint64_t key(std::int32_t a, std::int32_t b) {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
   }
+  /// A string from a file, quoted and cut for a message.
+  static std::string brief(std::string_view s) {
+    return io::json_brief(nlohmann::json(std::string(s.substr(0, 160))));
+  }
 
-  static nlohmann::json parse_json(std::string_view text, const std::string& name, const char* what) {
+  /// Runs a loader; running out of memory is remat::OutOfMemory naming the file.
+  template <class Fn>
+  static Gpt2Tokenizer loading(const std::string& name, Fn&& fn) {
     try {
-      return nlohmann::json::parse(text.begin(), text.end());
-    } catch (const std::exception& e) {
-      throw Error(::remat::detail::cat("remat::text::Gpt2Tokenizer: the ", what, " '", name,
-                                       "' is not valid JSON: ", e.what()));
+      return fn();
+    } catch (const std::bad_alloc&) {
+      throw OutOfMemory(::remat::detail::cat(kWho, ": out of host memory while loading '", name, "'"));
     }
+  }
+
+  /// A tokenizer file's JSON (NOTE [Tokenizer files]): first scanned (limits, duplicate keys, an
+  /// id that is not a number named with its token), then its DOM, destroyed without allocating
+  /// (io::JsonDocument, NOTE [DOM out of memory] in io/json.hpp).
+  static io::JsonDocument parse(std::string_view text, const io::JsonLimits& limits,
+                                const char* what, const std::string& name,
+                                std::vector<std::string> vocab_at) {
+    detail::VocabScan scan(std::move(vocab_at), kWho, name);
+    io::scan_json(text, limits, scan, kWho, what, name);
+    return io::parse_json_document(text, limits, kWho, what, name);
   }
 
   /// The byte behind each stand-in character (the inverse of byte_stand_in).
@@ -314,61 +332,147 @@ class Gpt2Tokenizer {
     return !out.empty();
   }
 
-  void add_token(const std::string& spelled, std::int64_t id, const std::string& path) {
-    REMAT_CHECK(id >= 0 && id < (1 << 24), "remat::text::Gpt2Tokenizer: token \"", spelled.substr(0, 80),
-                "\" in '", path, "' has id ", id, " (expected 0 to ", (1 << 24) - 1, ")");
-    std::string raw;
-    if (spelled.size() > 2 && spelled.front() == '<' && spelled.back() == '>') {
-      raw = spelled;  // a special token such as <|endoftext|>: its text, not byte stand-ins
-      if (spelled == "<|endoftext|>") eot_ = static_cast<std::int32_t>(id);
-    } else {
-      REMAT_CHECK(stand_in_to_bytes(spelled, raw), "remat::text::Gpt2Tokenizer: token \"",
-                  spelled.substr(0, 80), "\" (id ", id, ") in '", path,
-                  "' is not spelled in GPT-2's byte stand-ins (expected a byte-level BPE vocabulary)");
+  /// Refuses a tokenizer.json whose other parts would tokenize otherwise than GPT-2's rules
+  /// (NOTE [Tokenizer files]); an absent or null part is GPT-2's.
+  static void check_gpt2_rules(const nlohmann::json& j, const std::string& path) {
+    const auto refuse = [&](const std::string& field, const nlohmann::json& v, const char* expected) {
+      return Error(::remat::detail::cat(kWho, ": '", path, "' has ", field, " = ", io::json_brief(v),
+                                        ", which GPT-2's tokenizer does not have (expected ", expected,
+                                        "; this tokenizer implements GPT-2's rules only, and would give "
+                                        "other ids than the file's owner)"));
+    };
+    const auto is = [](const nlohmann::json& o, const char* k, const nlohmann::json& want) {
+      return !o.contains(k) || o[k].is_null() || o[k] == want;
+    };
+    if (j.contains("normalizer") && !j["normalizer"].is_null())
+      throw refuse("normalizer", j["normalizer"], "null");
+    if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
+      const nlohmann::json& p = j["pre_tokenizer"];
+      if (!p.is_object() || !p.contains("type") || p["type"] != "ByteLevel")
+        throw refuse("pre_tokenizer", p.is_object() && p.contains("type") ? p["type"] : p,
+                     "{\"type\": \"ByteLevel\"}");
+      if (!is(p, "add_prefix_space", false))
+        throw refuse("pre_tokenizer.add_prefix_space", p["add_prefix_space"], "false");
+      if (!is(p, "use_regex", true)) throw refuse("pre_tokenizer.use_regex", p["use_regex"], "true");
     }
-    if (static_cast<std::size_t>(id) >= bytes_of_.size()) bytes_of_.resize(static_cast<std::size_t>(id) + 1);
-    REMAT_CHECK(bytes_of_[static_cast<std::size_t>(id)].empty() || bytes_of_[static_cast<std::size_t>(id)] == raw,
-                "remat::text::Gpt2Tokenizer: id ", id, " in '", path, "' is given to two tokens (\"",
-                spelled.substr(0, 80), "\" and another; expected one token per id)");
-    bytes_of_[static_cast<std::size_t>(id)] = raw;
-    id_of_.emplace(raw, static_cast<std::int32_t>(id));  // specials may repeat: the first wins
+    const nlohmann::json& m = j["model"];
+    if (!is(m, "dropout", nullptr) && m["dropout"] != 0) throw refuse("model.dropout", m["dropout"], "null");
+    if (!is(m, "ignore_merges", false)) throw refuse("model.ignore_merges", m["ignore_merges"], "false");
+    if (!is(m, "continuing_subword_prefix", ""))
+      throw refuse("model.continuing_subword_prefix", m["continuing_subword_prefix"], "\"\" or null");
+    if (!is(m, "end_of_word_suffix", ""))
+      throw refuse("model.end_of_word_suffix", m["end_of_word_suffix"], "\"\" or null");
   }
 
-  void load_vocab(const nlohmann::json& v, const std::string& path) {
-    REMAT_CHECK(v.is_object() && !v.empty(), "remat::text::Gpt2Tokenizer: the vocabulary in '", path,
-                "' is not an object of token -> id (e.g. {\"!\": 0, ...})");
-    for (const auto& [spelled, id] : v.items()) {
-      REMAT_CHECK(id.is_number_integer(), "remat::text::Gpt2Tokenizer: token \"", spelled.substr(0, 80),
-                  "\" in '", path, "' has the id ", id.dump().substr(0, 40), " (expected an integer)");
-      add_token(spelled, id.get<std::int64_t>(), path);
+  /// tokenizer.json's "added_tokens": their text and ids (NOTE [Special tokens]).
+  static std::vector<Added> added_tokens(const nlohmann::json& j, const std::string& path) {
+    std::vector<Added> out;
+    if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return out;
+    const nlohmann::json& list = j["added_tokens"];
+    REMAT_CHECK(list.is_array(), kWho, ": '", path, "' has added_tokens = ", io::json_brief(list),
+                " (expected an array of {\"id\": ..., \"content\": ...})");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const nlohmann::json& a = list[i];
+      REMAT_CHECK(a.is_object() && a.contains("content") && a["content"].is_string() &&
+                      !a["content"].get_ref<const std::string&>().empty() && a.contains("id") &&
+                      a["id"].is_number_integer(),
+                  kWho, ": added token ", i, " in '", path, "' is ", io::json_brief(a),
+                  a.is_object() && a.contains("content") ? " with content " + io::json_brief(a["content"]) : "",
+                  " (expected {\"id\": an integer, \"content\": a non-empty string, ...})");
+      for (const char* flag : {"lstrip", "rstrip", "single_word"})
+        REMAT_CHECK(!a.contains(flag) || a[flag] == false, kWho, ": added token ",
+                    io::json_brief(a["content"]), " in '", path, "' has ", flag, " = ",
+                    io::json_brief(a[flag]), " (expected false: this tokenizer matches added tokens "
+                    "literally and does not strip the spaces around them as Hugging Face would)");
+      out.push_back({a["content"].get<std::string>(), a["id"]});
+    }
+    return out;
+  }
+
+  /// The vocabulary and the added tokens (NOTE [Byte-level BPE], [Special tokens], [Tokenizer
+  /// files]): ids checked against the entry count before the tables are sized.
+  void load_vocab(const nlohmann::json& v, const std::vector<Added>& added, const std::string& path) {
+    REMAT_CHECK(v.is_object() && !v.empty(), kWho, ": the vocabulary in '", path, "' is ",
+                io::json_brief(v), ", not an object of token -> id (e.g. {\"!\": 0, ...})");
+    const std::size_t entries = v.size() + added.size();  // no id can be past this
+    const auto check_id = [&](const nlohmann::json& id, const std::string& token, const char* where) {
+      REMAT_CHECK(id.is_number_integer(), kWho, ": token ", brief(token), " in '", path, "' has the id ",
+                  io::json_brief(id), where, " (expected an integer)");
+      const std::int64_t signed_id = id.is_number_unsigned() ? 0 : id.get<std::int64_t>();
+      const bool in_range = id.is_number_unsigned()
+                                ? id.get<std::uint64_t>() < entries
+                                : signed_id >= 0 && static_cast<std::uint64_t>(signed_id) < entries;
+      REMAT_CHECK(in_range, kWho, ": token ", brief(token), " in '", path, "' has the id ", io::json_brief(id),
+                  where, ", but the file has ", v.size(), v.size() == 1 ? " token" : " tokens",
+                  added.empty() ? std::string() : ::remat::detail::cat(" and ", added.size(), " added tokens"),
+                  " (expected ids 0..", entries - 1, ", each used once)");
+      return static_cast<std::size_t>(id.get<std::uint64_t>());
+    };
+    std::size_t size = 0;
+    for (const auto& [spelled, id] : v.items()) size = std::max(size, check_id(id, spelled, "") + 1);
+    for (const Added& a : added) size = std::max(size, check_id(a.id, a.content, " in added_tokens") + 1);
+    bytes_of_.assign(size, std::string());
+    const auto place = [&](std::size_t id, std::string raw, const std::string& spelled, const char* where) {
+      std::string& slot = bytes_of_[id];
+      REMAT_CHECK(slot.empty() || slot == raw, kWho, ": id ", id, " in '", path, "' is given to two tokens: ",
+                  brief(spelled), where, " and the bytes ", brief(slot), " (expected one token per id)");
+      slot = std::move(raw);
+    };
+    std::unordered_multimap<std::string_view, std::uint64_t> declared;  // added tokens: text -> id
+    for (const Added& a : added) declared.emplace(a.content, a.id.get<std::uint64_t>());
+    id_of_.reserve(bytes_of_.size());
+    std::string raw;
+    for (const auto& item : v.items()) {
+      const std::string& spelled = item.key();
+      const auto i = static_cast<std::size_t>(item.value().get<std::uint64_t>());
+      if (!stand_in_to_bytes(spelled, raw)) {
+        const auto [first, last] = declared.equal_range(spelled);
+        const bool is_declared = std::any_of(first, last, [&](const auto& d) { return d.second == i; });
+        REMAT_CHECK(is_declared, kWho, ": token ", brief(spelled), " (id ", i, ") in '", path,
+                    "' is not spelled in GPT-2's byte stand-ins and not declared in added_tokens (expected "
+                    "a byte-level BPE vocabulary: each character stands for one byte, e.g. \"\u0120the\")");
+        raw = spelled;
+      }
+      place(i, raw, spelled, "");
+      id_of_.emplace(bytes_of_[i], static_cast<std::int32_t>(i));  // bytes twice: the first id
+    }
+    // An added token's text may also be an ordinary token's bytes (a run of spaces, say): BPE keeps
+    // making the ordinary one; the added id decodes to the same bytes.
+    for (const Added& a : added) {
+      const auto i = static_cast<std::size_t>(a.id.get<std::uint64_t>());
+      place(i, a.content, a.content, " (added_tokens)");
+      id_of_.emplace(a.content, static_cast<std::int32_t>(i));
     }
     for (std::size_t i = 0; i < bytes_of_.size(); ++i)
-      REMAT_CHECK(!bytes_of_[i].empty(), "remat::text::Gpt2Tokenizer: the vocabulary in '", path,
-                  "' has no token with id ", i, " (expected ids 0..", bytes_of_.size() - 1, " without gaps)");
-    REMAT_CHECK(id_of_.size() >= 256, "remat::text::Gpt2Tokenizer: '", path, "' has ",
-                id_of_.size(), " tokens (expected at least the 256 byte tokens)");
+      REMAT_CHECK(!bytes_of_[i].empty(), kWho, ": the vocabulary in '", path, "' has no token with id ", i,
+                  " (expected ids 0..", bytes_of_.size() - 1, " without gaps)");
+    REMAT_CHECK(id_of_.size() >= 256, kWho, ": '", path, "' has ", id_of_.size(),
+                id_of_.size() == 1 ? " token" : " tokens", " (expected at least the 256 byte tokens)");
     for (int b = 0; b < 256; ++b) {
       const auto it = id_of_.find(std::string(1, static_cast<char>(b)));
-      REMAT_CHECK(it != id_of_.end(), "remat::text::Gpt2Tokenizer: the vocabulary in '", path,
-                  "' has no token for byte ", b, " (expected all 256 byte tokens of byte-level BPE)");
+      REMAT_CHECK(it != id_of_.end(), kWho, ": the vocabulary in '", path, "' has no token for byte ", b,
+                  " (expected all 256 byte tokens of byte-level BPE)");
       byte_id_[b] = it->second;
     }
   }
 
-  void load_merges(const std::vector<std::pair<std::string, std::string>>& merges, const std::string& path) {
+  void declare_special(const std::string& text, std::int64_t id) {
+    specials_.emplace_back(text, static_cast<std::int32_t>(id));
+    if (text == "<|endoftext|>") eot_ = static_cast<std::int32_t>(id);
+  }
+
+  /// One merge, `rank` its place in the file (NOTE [Byte-level BPE]: a later duplicate wins).
+  void add_merge(std::string_view sa, std::string_view sb, std::int32_t rank, const std::string& path) {
     std::string a, b;
-    for (std::size_t r = 0; r < merges.size(); ++r) {
-      const auto& [sa, sb] = merges[r];
-      const bool ok = stand_in_to_bytes(sa, a) && stand_in_to_bytes(sb, b);
-      const auto ia = ok ? id_of_.find(a) : id_of_.end();
-      const auto ib = ok ? id_of_.find(b) : id_of_.end();
-      const auto iab = ok ? id_of_.find(a + b) : id_of_.end();
-      REMAT_CHECK(ia != id_of_.end() && ib != id_of_.end() && iab != id_of_.end(),
-                  "remat::text::Gpt2Tokenizer: merge ", r + 1, " (\"", sa.substr(0, 40), " ",
-                  sb.substr(0, 40), "\") in '", path, "' names a token the vocabulary lacks (expected both "
-                  "parts and their concatenation in the vocabulary; are the two files from one model?)");
-      merges_.emplace(key(ia->second, ib->second), Merge{static_cast<std::int32_t>(r), iab->second});
-    }
+    const bool ok = stand_in_to_bytes(sa, a) && stand_in_to_bytes(sb, b);
+    const auto ia = ok ? id_of_.find(a) : id_of_.end();
+    const auto ib = ok ? id_of_.find(b) : id_of_.end();
+    const auto iab = ok ? id_of_.find(a + b) : id_of_.end();
+    REMAT_CHECK(ia != id_of_.end() && ib != id_of_.end() && iab != id_of_.end(), kWho, ": merge ", rank + 1,
+                " (", brief(std::string(sa.substr(0, 40)) + " " + std::string(sb.substr(0, 40))), ") in '", path,
+                "' names a token the vocabulary lacks (expected both parts and their concatenation in the "
+                "vocabulary; are the two files from one model?)");
+    merges_[key(ia->second, ib->second)] = Merge{rank, iab->second};
   }
 
   void append_ordinary(std::string_view text, std::vector<std::int32_t>& ids) const {

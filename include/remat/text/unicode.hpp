@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // UTF-8 for the tokenizer: decoding with the WHATWG rules for invalid bytes, and the three
-// character classes GPT-2's pre-tokenizer uses (letters, numbers, whitespace).
+// character classes GPT-2's pre-tokenizer uses (letters, numbers, whitespace), from the Unicode
+// version in unicode_tables.hpp (kUnicodeVersion).
 //
 // NOTE [Invalid UTF-8]: GPT-2 tokenizes text, not bytes, so a file's invalid bytes are first
 // replaced by U+FFFD, one replacement per "maximal subpart" (the WHATWG Encoding Standard's
@@ -122,13 +123,13 @@ inline bool is_number(std::uint32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
   return detail::in_ranges(detail::kNumberRanges, cp);
 }
-/// JavaScript's \s (ECMA-262 WhiteSpace and LineTerminator), which the reference encoder uses:
-/// tab, LF, VT, FF, CR, space, NBSP, U+1680, U+2000..U+200A, LS, PS, U+202F, U+205F, U+3000,
-/// BOM. (Python's `regex` differs only in U+001C..U+001F and U+0085, which it counts as space.)
+/// Unicode's White_Space property: the regex class \s as OpenAI's tiktoken (Rust's regex crate)
+/// and Python's `regex` module read it: tab, LF, VT, FF, CR, space, U+0085 (NEL), NBSP, U+1680,
+/// U+2000..U+200A, LS, PS, U+202F, U+205F, U+3000. Not JavaScript's \s, which adds U+FEFF (BOM)
+/// and lacks U+0085; not Python's str.isspace, which adds U+001C..U+001F.
 inline bool is_space(std::uint32_t cp) {
   if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
-  return cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000 || cp == 0xFEFF;
+  return detail::in_ranges(detail::kSpaceRanges, cp);
 }
 
 }  // namespace remat::text

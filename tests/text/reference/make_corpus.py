@@ -3,11 +3,15 @@
 at least --min-bytes in all, as `<length in bytes>\\n<bytes>` records (binary-safe: some
 documents hold invalid UTF-8 on purpose). Sources: the license texts every Debian ships
 (/usr/share/common-licenses: English prose), the repository's own sources (code), and made-up
-text: numbers, dates, runs of spaces, tabs and newlines, Unicode whitespace, accents and
-combining marks, Greek, Cyrillic, CJK, Hangul, emoji (with ZWJ and skin tones), contractions in
-every case, and invalid bytes (stray continuations, truncated sequences, overlongs, surrogates).
+text: words, numbers and dates; the decimal digits of every script Unicode 16.0 has (Nd), Roman
+numerals, fractions and superscripts (Nl, No); letters of ~60 scripts and blocks, CJK up to
+Extension I, Hangul, the new 16.0 scripts (Garay, Todhri, Sunuwar, Kirat Rai); combining marks;
+runs of every White_Space character and of look-alikes that are not (U+FEFF, U+200B, U+180E,
+U+001C..U+001F); emoji with ZWJ, skin tones and variation selectors; contractions in every case
+and with U+2019; random code points from the whole range; and invalid bytes (stray
+continuations, truncated sequences, overlongs, surrogates).
 
-    python3 tests/text/reference/make_corpus.py OUT [--min-bytes 1100000] [--seed 1]
+    python3 tests/text/reference/make_corpus.py OUT [--min-bytes 1500000] [--seed 1]
 """
 import argparse
 import glob
@@ -20,21 +24,57 @@ WORDS = ("the of and to in is that it for on with as was by at be this from or h
          "but had they which you were their one all we can her has there been if more when will "
          "would who so no time people year way day man thing woman life child world school state "
          "family student group country problem hand part place case week company system program "
-         "question work government number night point home water room mother area money story").split()
+         "question work government number night point home water room mother area money story "
+         "zebra zone lazy quiz jazz size prize zero Zurich Zoe Zn buzz fizz").split()
 ACCENTED = ("café naïve résumé façade jalapeño Ærøskøbing Zürich straße coöperate piñata crème "
             "brûlée Ελληνικά γλώσσα Русский язык Україна Việt Nam ĐĂNG Ñandú İstanbul ǅemal "
-            "Dvořák Łódź Škoda Ångström").split()
+            "Dvořák Łódź Škoda Ångström Żółć ẞ ﬁnance Ǆ").split()
 CONTRACTIONS = ["don't", "I'LL", "it's", "we're", "they've", "I'm", "she'd", "can't", "'s", "'t",
                 "'re", "'ve", "'m", "'ll", "'d", "''s", "' s", "rock 'n' roll", "O'Neil", "'tis",
-                "y'all", "ma'am", "'S", "' '", "'''"]
-SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\t\t", "\u00a0", "\u3000",
-          "\u2009", "\u200b", "\u2028", "\x0b", "\x0c", "\u1680", "\ufeff", "\u0085", "\x1c"]
-COMBINING = ["\u0301", "\u0308", "\u0327", "\u20dd", "\u0336"]
+                "y'all", "ma'am", "'S", "' '", "'''", "it\u2019s", "'\u00e9t\u00e9", "'\u0441",
+                "'9", "' 's", "x'ss", "'LL've", "'D", "'M", "'Re", "'vE", "'z", "'Z"]
+# every White_Space character (Unicode 16.0), and look-alikes that are not White_Space
+WHITE_SPACE = (["\t", "\n", "\x0b", "\x0c", "\r", " ", "\u0085", "\u00a0", "\u1680"] +
+               [chr(c) for c in range(0x2000, 0x200B)] + ["\u2028", "\u2029", "\u202f", "\u205f", "\u3000"])
+NOT_SPACE = ["\ufeff", "\u200b", "\u200c", "\u200d", "\u2060", "\u180e", "\x1c", "\x1d", "\x1e",
+             "\x1f", "\u00ad", "\x00", "\x7f"]
+SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\t\t"] + WHITE_SPACE + NOT_SPACE
+COMBINING = ["\u0301", "\u0308", "\u0327", "\u20dd", "\u0336", "\u064e", "\u05b8", "\u0e49",
+             "\u093f", "\u0bcd", "\u302a", "\U000e0100", "\ufe0f", "\u1ab0", "\u1dc0"]
 EMOJI_MODS = ["\u200d", "\U0001F3FB", "\U0001F3FF", "\ufe0f"]
+# the zero of each run of ten decimal digits (general category Nd) in Unicode 16.0
+DIGIT_ZEROS = [0x30, 0x660, 0x6f0, 0x7c0, 0x966, 0x9e6, 0xa66, 0xae6, 0xb66, 0xbe6, 0xc66, 0xce6,
+               0xd66, 0xde6, 0xe50, 0xed0, 0xf20, 0x1040, 0x1090, 0x17e0, 0x1810, 0x1946, 0x19d0,
+               0x1a80, 0x1a90, 0x1b50, 0x1bb0, 0x1c40, 0x1c50, 0xa620, 0xa8d0, 0xa900, 0xa9d0,
+               0xa9f0, 0xaa50, 0xabf0, 0xff10, 0x104a0, 0x10d30, 0x10d40, 0x11066, 0x110f0,
+               0x11136, 0x111d0, 0x112f0, 0x11450, 0x114d0, 0x11650, 0x116c0, 0x116d0, 0x116da,
+               0x11730, 0x118e0, 0x11950, 0x11bf0, 0x11c50, 0x11d50, 0x11da0, 0x11f50, 0x16130,
+               0x16a60, 0x16ac0, 0x16b50, 0x16d70, 0x1ccf0, 0x1d7ce, 0x1d7d8, 0x1d7e2, 0x1d7ec,
+               0x1d7f6, 0x1e140, 0x1e2f0, 0x1e4f0, 0x1e5f1, 0x1e950, 0x1fbf0]
+OTHER_NUMBERS = ("\u2160\u2161\u216b\u2170\u3007\u3021\u00bd\u00bc\u2153\u00b2\u00b3\u00b9\u2070"
+                 "\u2074\u2080\u2460\u2473\u2776\u3251\u32b1\U00010107\U0001f100\U00012400")
+# letter blocks of many scripts (first, last), some with gaps that are not letters
+SCRIPTS = [(0x41, 0x7a), (0xc0, 0x24f), (0x1e00, 0x1eff), (0x370, 0x3ff), (0x400, 0x4ff),
+           (0x531, 0x587), (0x5d0, 0x5ea), (0x620, 0x64a), (0x671, 0x6d3), (0x710, 0x72f),
+           (0x780, 0x7a5), (0x7ca, 0x7ea), (0x904, 0x939), (0x985, 0x9b9), (0xa05, 0xa39),
+           (0xa85, 0xab9), (0xb05, 0xb39), (0xb85, 0xbb9), (0xc05, 0xc39), (0xc85, 0xcb9),
+           (0xd05, 0xd3a), (0xd85, 0xdc6), (0xe01, 0xe30), (0xe81, 0xeb0), (0xf40, 0xf6c),
+           (0x1000, 0x102a), (0x10a0, 0x10ff), (0x1100, 0x11ff), (0x1200, 0x135a), (0x13a0, 0x13f5),
+           (0x1401, 0x166c), (0x1681, 0x169a), (0x16a0, 0x16ea), (0x1780, 0x17b3), (0x1820, 0x1878),
+           (0x3041, 0x3096), (0x30a1, 0x30fa), (0x3105, 0x312f), (0x3400, 0x4dbf), (0x4e00, 0x9fff),
+           (0xa000, 0xa48c), (0xa500, 0xa60b), (0xac00, 0xd7a3), (0xff21, 0xff5a), (0x10400, 0x1044f),
+           (0x105c0, 0x105f3), (0x10d4a, 0x10d65), (0x11bc0, 0x11be0), (0x16d43, 0x16d6a),
+           (0x12000, 0x12399), (0x13000, 0x1342f), (0x17000, 0x187f7), (0x1d400, 0x1d6a5),
+           (0x1e900, 0x1e943), (0x20000, 0x2a6df), (0x2b740, 0x2b81d), (0x2ebf0, 0x2ee5d),
+           (0x30000, 0x3134a), (0x31350, 0x323af)]
 
 
 def rand_char(r, lo, hi):
     return chr(r.randint(lo, hi))
+
+
+def no_surrogates(s):
+    return "".join(c for c in s if not 0xD800 <= ord(c) <= 0xDFFF)
 
 
 def made_up(r, n):
@@ -42,36 +82,47 @@ def made_up(r, n):
     size = 0
     while size < n:
         k = r.random()
-        if k < 0.25:
+        if k < 0.20:
             s = " ".join(r.choice(WORDS) for _ in range(r.randint(1, 12)))
             if r.random() < 0.3:
                 s = s.capitalize() + r.choice([".", "!", "?", ",", ";", ":", "...", " -"])
-        elif k < 0.35:
+        elif k < 0.28:
             s = r.choice([str(r.randint(0, 10 ** r.randint(1, 12))), f"{r.uniform(-1e4, 1e4):.{r.randint(0, 6)}f}",
                           f"{r.randint(1900, 2099)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}",
                           f"{r.randint(0, 23)}:{r.randint(0, 59):02d}", f"{r.random():.3e}", "1,234,567.89",
                           "٣٤٥", "Ⅻ", "½", "²³", "१२३", "0x" + "".join(r.choice("0123456789abcdef") for _ in range(8))])
-        elif k < 0.47:
+        elif k < 0.34:  # digits of one script (sometimes mixed with another), other numbers
+            zero = r.choice(DIGIT_ZEROS)
+            s = "".join(chr(zero + r.randint(0, 9)) if r.random() < 0.8 else chr(r.choice(DIGIT_ZEROS) + r.randint(0, 9))
+                        for _ in range(r.randint(1, 8)))
+            if r.random() < 0.3:
+                s += "".join(r.choice(OTHER_NUMBERS) for _ in range(r.randint(1, 3)))
+        elif k < 0.46:  # a whitespace run of any kind, then maybe a letter, number or symbol
             s = "".join(r.choice(SPACES) for _ in range(r.randint(1, 8)))
-        elif k < 0.55:
+            if r.random() < 0.5:
+                s += r.choice(["a", "Z", "7", "!", "\u00e9", "\u4e00", "'s", "\U0001F600", r.choice(NOT_SPACE)])
+        elif k < 0.52:
             s = r.choice(ACCENTED)
             if r.random() < 0.3:
                 s += r.choice(COMBINING)
-        elif k < 0.62:
+        elif k < 0.58:
             s = r.choice(CONTRACTIONS)
-        elif k < 0.70:
-            block = r.choice([(0x4E00, 0x9FFF), (0x3040, 0x309F), (0x30A0, 0x30FF), (0xAC00, 0xD7A3), (0x0E00, 0x0E5B)])
-            s = "".join(rand_char(r, *block) for _ in range(r.randint(1, 20)))
+        elif k < 0.70:  # letters of one script, sometimes with combining marks
+            lo, hi = r.choice(SCRIPTS)
+            s = "".join(rand_char(r, lo, hi) + (r.choice(COMBINING) if r.random() < 0.1 else "")
+                        for _ in range(r.randint(1, 20)))
             if r.random() < 0.3:
-                s += r.choice(["。", "、", "！", "？", "「", "」"])
-        elif k < 0.78:
+                s += r.choice(["。", "、", "！", "？", "「", "」", "।", "؟", "።"])
+        elif k < 0.76:
             s = "".join(rand_char(r, *r.choice([(0x1F300, 0x1F64F), (0x1F680, 0x1F6FF), (0x2600, 0x26FF), (0x1F900, 0x1F9FF)]))
                         + (r.choice(EMOJI_MODS) if r.random() < 0.3 else "") for _ in range(r.randint(1, 5)))
-        elif k < 0.88:
+        elif k < 0.84:
             s = "".join(r.choice("!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~'") for _ in range(r.randint(1, 6)))
-        else:
-            s = "".join(rand_char(r, 0x20, 0x2FFF) for _ in range(r.randint(1, 10)))
-            s = "".join(c for c in s if not 0xD800 <= ord(c) <= 0xDFFF)
+        elif k < 0.92:
+            s = no_surrogates("".join(rand_char(r, 0x20, 0x2FFF) for _ in range(r.randint(1, 10))))
+        else:  # anywhere: unassigned, private use, noncharacters, planes 1-16
+            s = no_surrogates("".join(rand_char(r, 0, 0x10FFFF) if r.random() < 0.5 else rand_char(r, 0, 0x2FFFF)
+                                      for _ in range(r.randint(1, 6))))
         out.append(s)
         size += len(s.encode("utf-8"))
         if r.random() < 0.6:
@@ -95,7 +146,7 @@ def invalid(r, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("out")
-    ap.add_argument("--min-bytes", type=int, default=1_100_000)
+    ap.add_argument("--min-bytes", type=int, default=1_500_000)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     r = random.Random(a.seed)
@@ -113,6 +164,8 @@ def main():
     for path in sources:
         if code > 450_000:
             break
+        if os.path.relpath(path, REPO).startswith("build"):  # build trees: not the repository's
+            continue
         with open(path, "rb") as f:
             data = f.read()
         docs.append(data)
@@ -122,8 +175,10 @@ def main():
         n = r.randint(200, 6000)
         docs.append(invalid(r, n) if r.random() < 0.2 else made_up(r, n))
         total += len(docs[-1])
-    # the edges: empty, one byte, only whitespace, a long run of one character
-    docs += [b"", b" ", b"\n", b"a", b"   \n\n  \t ", b" " * 3000, b"=" * 5000, b"\xf0" * 7, "🙂".encode() * 100]
+    # the edges: empty, one byte, only whitespace, long runs of one character, the issue's cases
+    docs += [b"", b" ", b"\n", b"a", b"   \n\n  \t ", b" " * 3000, b"=" * 5000, b"\xf0" * 7, "🙂".encode() * 100,
+             "\u0085".encode() * 50, "\ufeff".encode() * 50, "\u3000".encode() * 50, "a \ufeffb".encode(),
+             "a \u0085b".encode(), "".join(WHITE_SPACE).encode() + b"x", b"z" * 4000, b"Zz zZ z'z" * 30]
     with open(a.out, "wb") as f:
         for d in docs:
             f.write(b"%d\n" % len(d))
