@@ -189,7 +189,8 @@ int gpt_step_main(int argc, char** argv) {
           "\"estimate_s\":%.6f,\"plan_segments\":%d,"
           "\"peak_step_bytes\":%lld,\"peak_saved_bytes\":%lld,"
           "%s,\"rss_before_bytes\":%lld,\"rss_peak_bytes\":%lld,"
-          "\"measured_from_s\":%.6f,\"measured_until_s\":%.6f,\"memory\":%s,\"segments\":%s}\n",
+          "\"measured_from_s\":%.6f,\"measured_until_s\":%.6f,\"libs\":%s,\"memory\":%s,"
+          "\"segments\":%s}\n",
           B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab, r.name.c_str(),
           optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
@@ -198,7 +199,8 @@ int gpt_step_main(int argc, char** argv) {
           r.plan_segments, static_cast<long long>(r.peak_step),
           static_cast<long long>(r.peak_saved), backend_json<B>().c_str(),
           static_cast<long long>(rss_before), static_cast<long long>(remat_bench::rss_bytes("VmHWM")),
-          measured_from, measured_until, r.mem.json().c_str(), remat_bench::segments_json(r.segments).c_str());
+          measured_from, measured_until, remat_bench::loaded_libs_json().c_str(),
+          r.mem.json().c_str(), remat_bench::segments_json(r.segments).c_str());
     }
     if (print_segments) std::fprintf(stderr, "%s", segment_table(tape).c_str());
   } catch (const std::exception& e) {

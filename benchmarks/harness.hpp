@@ -46,6 +46,30 @@ inline std::int64_t rss_bytes(const char* field) {
   return kb < 0 ? -1 : kb * 1024;
 }
 
+/// The BLAS, LAPACK and OpenMP libraries this process has mapped (from /proc/self/maps), as a
+/// JSON array of file names: which BLAS a benchmark really ran on, for its record.
+inline std::string loaded_libs_json() {
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return "[]";
+  std::vector<std::string> libs;
+  char line[1024];
+  while (std::fgets(line, sizeof line, f)) {
+    const char* path = std::strchr(line, '/');
+    if (!path) continue;
+    std::string p(path);
+    while (!p.empty() && (p.back() == '\n' || p.back() == ' ')) p.pop_back();
+    const std::string name = p.substr(p.rfind('/') + 1);
+    bool wanted = false;
+    for (const char* key : {"blas", "lapack", "gomp", "libomp", "mkl", "dnnl"})
+      wanted = wanted || name.find(key) != std::string::npos;
+    if (wanted && std::find(libs.begin(), libs.end(), p) == libs.end()) libs.push_back(p);
+  }
+  std::fclose(f);
+  std::string out = "[";
+  for (std::size_t i = 0; i < libs.size(); ++i) out += (i ? ",\"" : "\"") + libs[i] + "\"";
+  return out + "]";
+}
+
 /// The per-segment ledger as a JSON array.
 inline std::string segments_json(const std::vector<remat::SegmentStats>& v) {
   std::string s = "[";

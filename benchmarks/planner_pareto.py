@@ -6,9 +6,10 @@ Three passes, one after the other (never two processes at once):
   1. memory: one fresh process per point (MALLOC_MMAP_THRESHOLD_=65536), a few steps: the
      ledger's peak, the process's RSS growth, the estimator's prediction, the budget;
   2. time: remat's points in one process, taking turns step by step (gpt_step's comma list),
-     medians of --steps steps after --warmup;
-  3. PyTorch 1.13 (/usr/bin/python3): none, block and checkpoint_sequential with K segments, one
-     fresh process each: median step time and RSS growth.
+     medians of --steps steps after --warmup, in the plain environment;
+  3. PyTorch 1.13 (/usr/bin/python3): none, block and checkpoint_sequential with K segments, two
+     fresh processes each: the median step time in the plain environment (the variable costs
+     PyTorch's allocator ~7%), then the RSS growth with the variable (--mem-steps steps).
 Writes <out>/planner_pareto.{json,csv,md,png}.
 
     python3 benchmarks/planner_pareto.py --layers 24 --d 256 --seq 256 --batch 4 --budgets 12
@@ -57,6 +58,8 @@ def main():
     shape = ["--layers", str(a.layers), "--d", str(a.d), "--heads", str(a.heads), "--seq", str(a.seq),
              "--batch", str(a.batch), "--vocab", str(a.vocab), "--threads", str(a.threads)]
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS=str(a.threads))
+    time_env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    time_env.pop("MALLOC_MMAP_THRESHOLD_", None)
     fixed = a.fixed.split(",")
     plan0 = run_json([a.bin] + shape + ["--plan-only", "--checkpoint", ",".join(fixed)], env)
     lo = plan0[0]["min_feasible_bytes"]  # a budget of the process: ledger + headroom
@@ -93,18 +96,21 @@ def main():
     if not a.skip_time:
         names = budget_names + fixed
         for r in run_json([a.bin] + shape + ["--checkpoint", ",".join(names), "--steps",
-                                             str(a.steps), "--warmup", str(a.warmup)], env):
+                                             str(a.steps), "--warmup", str(a.warmup)], time_env):
             rows[r["checkpoint"]]["step_s"] = r["step_s"]
 
     # 3. PyTorch, one process per point
     torch_rows = []
     if not a.skip_torch:
         for ck in ["none", "block"] + ["seq:" + k for k in a.torch_segments.split(",")]:
-            r = run_json(["/usr/bin/python3", os.path.join("benchmarks", "torch_gpt_step.py")] + shape +
-                         ["--checkpoint", ck, "--steps", str(a.steps), "--warmup", str(a.warmup)], env)[0]
+            script = ["/usr/bin/python3", os.path.join("benchmarks", "torch_gpt_step.py")] + shape
+            r = run_json(script + ["--checkpoint", ck, "--steps", str(a.steps), "--warmup",
+                                   str(a.warmup)], time_env)[0]
+            m = run_json(script + ["--checkpoint", ck, "--steps", str(a.mem_steps), "--warmup", "1"],
+                         env)[0]
             torch_rows.append({"series": "pytorch", "checkpoint": ck, "step_s": r["step_s"],
-                               "rss_growth_bytes": r["rss_growth_bytes"]})
-            print("torch %-8s %.3f s  rss %.1f MiB" % (ck, r["step_s"], r["rss_growth_bytes"] / 2**20),
+                               "rss_growth_bytes": m["rss_growth_bytes"]})
+            print("torch %-8s %.3f s  rss %.1f MiB" % (ck, r["step_s"], m["rss_growth_bytes"] / 2**20),
                   file=sys.stderr)
 
     meta = {

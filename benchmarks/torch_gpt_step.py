@@ -43,6 +43,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+import torch.profiler  # noqa: E402
 import torch.utils.checkpoint  # noqa: E402
 
 
@@ -57,6 +58,11 @@ def proc_status_bytes(field):
 
 # Resident set size after imports, before any model memory exists.
 RSS_BEFORE = proc_status_bytes("VmRSS")
+
+
+# "sdpa": F.scaled_dot_product_attention (torch >= 2.0), what a user picks where it exists;
+# "eager": the (B, H, T, T) scores and probabilities as tensors (the only way in torch 1.13).
+ATTENTION = "eager"
 
 
 class CausalSelfAttention(nn.Module):
@@ -74,6 +80,9 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, H, D).transpose(1, 2)
         k = k.view(B, T, H, D).transpose(1, 2)
         v = v.view(B, T, H, D).transpose(1, 2)
+        if ATTENTION == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
@@ -153,6 +162,42 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
 
 
+def loaded_libs():
+    """The BLAS/LAPACK/OpenMP/oneDNN libraries this process has mapped (/proc/self/maps)."""
+    libs = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if "/" in line else ""
+            name = os.path.basename(path)
+            if any(k in name for k in ("blas", "lapack", "gomp", "libomp", "mkl", "dnnl")) \
+                    and path not in libs:
+                libs.append(path)
+    return libs
+
+
+def cpu_capability():
+    """The vector ISA torch's kernels dispatch to (its build summary's 'CPU capability')."""
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability" in line:
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def mm_peak(dev):
+    """GFLOP/s of torch.mm on 2048 x 2048 fp32 matrices, the best of 5 after a warm-up."""
+    a = torch.full((2048, 2048), 0.5, device=dev)
+    b = torch.full((2048, 2048), 0.25, device=dev)
+    best = 0.0
+    for i in range(6):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        if i:
+            best = max(best, 2.0 * 2048 ** 3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -176,6 +221,13 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: fp32 (TF32 matmuls allowed), peak = torch.cuda.max_memory_allocated "
                          "and max_memory_reserved")
+    ap.add_argument("--attention", choices=["auto", "eager", "sdpa"], default="auto",
+                    help="auto: sdpa where torch has it (>= 2.0), else eager")
+    ap.add_argument("--profile", metavar="PATH",
+                    help="also write torch.profiler's per-op table (self CPU time) of the "
+                         "measured steps to PATH")
+    ap.add_argument("--mm-peak", action="store_true",
+                    help="also time torch.mm at 2048^3 (best of 5) and report its GFLOP/s")
     args = ap.parse_args()
     if args.d % args.heads != 0:
         ap.error("--d must be divisible by --heads")
@@ -186,6 +238,11 @@ def main():
             and 1 <= int(args.checkpoint[4:]) <= args.layers)):
         ap.error("--checkpoint must be none, block or seq:K with 1 <= K <= layers")
 
+    global ATTENTION
+    has_sdpa = hasattr(F, "scaled_dot_product_attention")
+    if args.attention == "sdpa" and not has_sdpa:
+        ap.error("--attention sdpa needs torch >= 2.0 (this is %s)" % torch.__version__)
+    ATTENTION = ("sdpa" if has_sdpa else "eager") if args.attention == "auto" else args.attention
     torch.set_num_threads(args.threads)
     try:
         torch.set_num_interop_threads(1)
@@ -208,10 +265,18 @@ def main():
         world, rank = dist.get_world_size(), dist.get_rank()
         model = torch.nn.parallel.DistributedDataParallel(model)
 
+    fused = False
     if args.optimizer == "adamw":
+        kw = {}
+        if args.device == "cuda":  # the fused kernel where torch has it (>= 2.0), as users pick
+            try:
+                torch.optim.AdamW([torch.zeros(1, device=dev, requires_grad=True)], fused=True)
+                kw["fused"] = fused = True
+            except (TypeError, RuntimeError):
+                pass
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr,
                                 betas=(0.9, 0.999), eps=1e-8,
-                                weight_decay=0.01)
+                                weight_decay=0.01, **kw)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
@@ -234,10 +299,19 @@ def main():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     times = []
+    prof = None
+    if args.profile:
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        prof.__enter__()
     for _ in range(args.steps):
         t0 = time.perf_counter()
         losses.append(step())  # loss.item() synchronizes
         times.append(time.perf_counter() - t0)
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        with open(args.profile, "w") as f:
+            f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+    mm_gflops = mm_peak(dev) if args.mm_peak else None
 
     median = statistics.median(times)
     rss_peak = proc_status_bytes("VmHWM")
@@ -268,6 +342,11 @@ def main():
         "rss_growth_bytes": rss_peak - RSS_BEFORE,
         "params": params,
         "device": args.device,
+        "attention": ATTENTION,
+        "fused_adamw": fused,
+        "cpu_capability": cpu_capability(),
+        "libs": loaded_libs(),
+        "mm_2048_gflops": mm_gflops,
         "cuda_max_memory_allocated_bytes":
             torch.cuda.max_memory_allocated() if args.device == "cuda" else None,
         "cuda_max_memory_reserved_bytes":
