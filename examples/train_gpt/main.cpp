@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -135,15 +136,22 @@ int main(int argc, char** argv) {
     return train_on(f, app, *comm);  // train<B> takes a copy: it settles defaults that depend on the files
   } catch (const std::exception& e) {
     std::fflush(stdout);
+    // remat's allocations throw remat::OutOfMemory; a std::bad_alloc is memory outside the
+    // ledger (a library's buffer, a container) that the system refused.
+    const bool bad_alloc = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+    const std::string what = bad_alloc ? std::string("out of memory: an allocation outside remat's "
+                                                     "ledger failed (") + e.what() +
+                                             "); hint: lower --batch or --seq, or turn on checkpointing"
+                                       : std::string(e.what());
     if (comm->size() == 1) {
-      std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
+      std::fprintf(stderr, "train_gpt: error: %s\n", what.c_str());
       return 1;
     }
     // Several ranks: an error every rank meets (a bad flag, ranks that disagree) is said once,
     // by rank 0, whose abort ends the others before they speak; an error of one rank is said
     // by that rank. Then the job ends: the others may wait for this rank in a collective.
     if (comm->rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::fprintf(stderr, "train_gpt: error (rank %d of %d): %s\n", comm->rank(), comm->size(), e.what());
+    std::fprintf(stderr, "train_gpt: error (rank %d of %d): %s\n", comm->rank(), comm->size(), what.c_str());
     comm->abort(1);
     return 1;
   }

@@ -191,7 +191,8 @@ TEST_CASE("tensors recorded outside and captured by segments: bitwise the plain 
           tape,
           [&](bool ck) {
             T s = w + matmul(a, b) * 0.5f;  // the merged weight
-            auto fn = [&](const T& in) { return gelu(matmul(in, s)) + in; };
+            // captured by value: the segments replay after this lambda has returned
+            auto fn = [s](const T& in) { return gelu(matmul(in, s)) + in; };
             T h = x;
             for (int i = 0; i < blocks; ++i) h = ck ? T(checkpoint(fn, h)) : fn(h);
             return also_outside ? h + matmul(h, s) : h;

@@ -22,25 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "support/proc_status.hpp"
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
 extern "C" const char* remat_fuzz_last_outcome();
 
 namespace {
 
-long status_kib(const char* field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(field, 0) == 0) return std::atol(line.c_str() + std::strlen(field));
-  return -1;
-}
-
-// Resets the peak RSS to the current one (Linux >= 4.0); false where that is not possible.
-bool reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  return static_cast<bool>(f << "5" << std::flush);
-}
+using remat_test::reset_peak_rss;
+using remat_test::status_kib;
 
 constexpr long kMaxGrowthMib = 256;
 

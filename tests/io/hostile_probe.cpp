@@ -37,15 +37,11 @@
 #include <remat/io/safetensors.hpp>
 #include <remat/remat.hpp>
 
+#include "support/proc_status.hpp"
+
 namespace {
 
-long status_kib(const char* field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(field, 0) == 0) return std::atol(line.c_str() + std::strlen(field));
-  return -1;
-}
+using remat_test::status_kib;
 
 bool asan() {
 #if defined(__SANITIZE_ADDRESS__)
@@ -81,17 +77,20 @@ std::string repeat(const std::string& s, std::uint64_t n) {
   return r;
 }
 
-// A small GPT-2 (2 layers, d 4) as save_gpt2 writes it, without its head count in the metadata.
-std::vector<std::pair<std::string, remat::io::HostTensor>> small_gpt2() {
+// A small GPT-2 (`layers` layers, d 4) as save_gpt2 writes it, without its head count in the
+// metadata and without the tensor called `except` (none when empty).
+std::vector<std::pair<std::string, remat::io::HostTensor>> small_gpt2(std::int64_t layers = 2,
+                                                                     const std::string& except = "") {
   remat::nn::GPTConfig c;
   c.vocab_size = 8;
   c.block_size = 4;
-  c.n_layer = 2;
+  c.n_layer = layers;
   c.n_embd = 4;
   c.n_head = 1;
   std::vector<std::pair<std::string, remat::io::HostTensor>> ts;
   for (const auto& [name, shape] : remat::io::gpt2_shapes(c))
-    ts.emplace_back(name, remat::io::HostTensor{shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.5f)});
+    if (name != except)
+      ts.emplace_back(name, remat::io::HostTensor{shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.5f)});
   return ts;
 }
 
@@ -133,17 +132,7 @@ int make(const std::string& kind, const std::string& path, std::uint64_t n) {
     std::ofstream(path + "/config.json") << (heads ? R"({"n_embd": 4, "n_head": )" : R"({"n_head": 1, "n_embd": )")
                                          << std::string(85000, '[') << "1" << std::string(85000, ']') << "}";
   } else if (kind == "gpt2-missing-tensor") {  // 3 layers, without h.1.ln_1.weight
-    remat::nn::GPTConfig c;
-    c.vocab_size = 8;
-    c.block_size = 4;
-    c.n_layer = 3;
-    c.n_embd = 4;
-    c.n_head = 1;
-    std::vector<std::pair<std::string, remat::io::HostTensor>> ts;
-    for (const auto& [name, shape] : remat::io::gpt2_shapes(c))
-      if (name != "h.1.ln_1.weight")
-        ts.emplace_back(name, remat::io::HostTensor{shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.5f)});
-    remat::io::write_safetensors(path, ts, {{"n_head", "1"}});
+    remat::io::write_safetensors(path, small_gpt2(3, "h.1.ln_1.weight"), {{"n_head", "1"}});
   } else {
     std::fprintf(stderr, "remat_io_probe: unknown kind '%s'\n", kind.c_str());
     return 2;

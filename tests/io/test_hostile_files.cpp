@@ -26,10 +26,13 @@
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"
+#include "support/proc_status.hpp"
 
 using namespace remat;
 
 namespace {
+
+using remat_test::status_kib;
 std::string tmp(const std::string& name) { return "remat_test_i24_" + name; }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
@@ -82,14 +85,6 @@ constexpr bool kAsan = false;
 constexpr bool kAsan = false;
 #endif
 
-long status_kib(const char* field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(field, 0) == 0) return std::atol(line.c_str() + std::strlen(field));
-  return -1;
-}
-
 // What a reader did in a child process: its outcome ("error", "oom", "ok", "other: ..."), its
 // message, its seconds and how far its resident memory grew above the fork's (MiB).
 struct Child {
@@ -105,7 +100,7 @@ Child in_child(Fn&& fn) {
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::close(fds[0]);
-    std::ofstream("/proc/self/clear_refs") << "5";  // peak RSS := current RSS (Linux >= 4.0)
+    remat_test::reset_peak_rss();  // peak RSS := current RSS (Linux >= 4.0)
     const long rss0 = status_kib("VmRSS:");
     std::string outcome = "ok", message;
     const auto t0 = std::chrono::steady_clock::now();

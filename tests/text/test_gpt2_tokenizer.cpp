@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "support/catch.hpp"
+#include "support/proc_status.hpp"
 #include <remat/text/gpt2_tokenizer.hpp>
 
 #include "text/tiny_bpe.hpp"
@@ -31,6 +32,8 @@ using remat::text::Gpt2Tokenizer;
 namespace fs = std::filesystem;
 
 namespace {
+
+using remat_test::status_kib;
 
 std::vector<std::string> pieces(const std::string& s) {
   std::vector<std::string> out;
@@ -289,16 +292,9 @@ nlohmann::json byte_vocab() {
 struct Cost {
   double seconds = 0, mib = -1;  // mib < 0: not measurable here
 };
-long status_kib(const char* field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::strlen(field)));
-  return -1;
-}
 template <class Fn>
 Cost cost_of(Fn&& fn) {
-  const bool reset = static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5" << std::flush);
+  const bool reset = remat_test::reset_peak_rss();
   const long before = status_kib("VmRSS:");
   const auto t0 = std::chrono::steady_clock::now();
   fn();

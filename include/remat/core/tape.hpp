@@ -93,6 +93,25 @@ struct Node {
   std::unique_ptr<NodeBody<B>> body;
 };
 
+namespace detail {
+/// Writes the n draws std * rng::normal(seed, offset, i) (counter-based: the same on every
+/// backend) to the f32 buffer `dst` of backend B, through a 16 KiB host piece: a staging vector as large
+/// as the tensor would be memory the ledger does not count (under a system limit its
+/// std::bad_alloc, not the ledger's OutOfMemory, would end the run).
+template <class B>
+void fill_normal(void* dst, std::int64_t n, float std, std::uint64_t seed, std::uint64_t offset) {
+  constexpr std::int64_t kPiece = std::int64_t{1} << 12;
+  float piece[kPiece];
+  for (std::int64_t at = 0; at < n; at += kPiece) {
+    const std::int64_t m = std::min(kPiece, n - at);
+    for (std::int64_t i = 0; i < m; ++i)
+      piece[i] = std * rng::normal(seed, offset, static_cast<std::uint64_t>(at + i));
+    B::copy_from_host(static_cast<char*>(dst) + at * std::int64_t{sizeof(float)}, piece,
+                      static_cast<std::size_t>(m) * sizeof(float));
+  }
+}
+}  // namespace detail
+
 template <class B>
 class Tape {
  public:
@@ -154,9 +173,8 @@ class Tape {
       t.impl()->requires_grad = requires_grad;
       return t;
     }
-    std::vector<float> h(static_cast<std::size_t>(shape.numel()));
-    for (std::size_t i = 0; i < h.size(); ++i) h[i] = std * rng::normal(seed, 0, i);
-    auto t = from_host(shape, h.data(), h.size(), DType::f32, c, "Tape::randn");
+    auto t = detail::make_tensor<B>(this, shape, DType::f32, c);
+    detail::fill_normal<B>(t.storage()->data(), shape.numel(), std, seed, 0);
     t.impl()->requires_grad = requires_grad;
     return t;
   }

@@ -95,19 +95,23 @@ struct JsonNoSink {
   bool end_array() { return true; }
 };
 
-/// The scan of NOTE [hostile JSON] 2: a SAX handler that checks the limits, keeps only the keys
-/// of the objects being read (for duplicates) and the path to the current value (for messages),
-/// and passes each event on to `sink` (which may throw remat::Error; its messages are its own).
-/// A problem of the scan itself throws "<who>: the <what> '<source>' cannot be used: <why>".
-template <class Sink>
-class JsonScan {
- public:
+/// The value types nlohmann's SAX interface speaks, for the handlers below.
+struct SaxTypes {
   using json = nlohmann::json;
   using number_integer_t = json::number_integer_t;
   using number_unsigned_t = json::number_unsigned_t;
   using number_float_t = json::number_float_t;
   using string_t = json::string_t;
   using binary_t = json::binary_t;
+};
+
+/// The scan of NOTE [hostile JSON] 2: a SAX handler that checks the limits, keeps only the keys
+/// of the objects being read (for duplicates) and the path to the current value (for messages),
+/// and passes each event on to `sink` (which may throw remat::Error; its messages are its own).
+/// A problem of the scan itself throws "<who>: the <what> '<source>' cannot be used: <why>".
+template <class Sink>
+class JsonScan : public SaxTypes {
+ public:
 
   JsonScan(const JsonLimits& l, Sink& sink, const char* who, const char* what, const std::string& source)
       : limits_(l), sink_(sink), who_(who), what_(what), source_(source) {}
@@ -203,14 +207,8 @@ class JsonScan {
 
 /// Builds the DOM of text the scan accepted (NOTE [DOM out of memory]): like nlohmann's own DOM
 /// parser, with every allocation's bad_alloc caught and turned into a stop.
-class JsonBuild {
+class JsonBuild : public SaxTypes {
  public:
-  using json = nlohmann::json;
-  using number_integer_t = json::number_integer_t;
-  using number_unsigned_t = json::number_unsigned_t;
-  using number_float_t = json::number_float_t;
-  using string_t = json::string_t;
-  using binary_t = json::binary_t;
 
   explicit JsonBuild(json& root) : root_(root) {}
   bool out_of_memory = false;

@@ -64,17 +64,18 @@ namespace init {
 template <class B>
 Tensor<B> normal(Tape<B>& tape, const Shape& shape, float std, std::uint64_t seed) {
   shape.check_concrete("nn::init::normal");
-  if constexpr (is_meta_backend_v<B>) return tape.parameter(shape);  // no values to draw
-  std::vector<float> h(static_cast<std::size_t>(shape.numel()));
-  for (std::size_t i = 0; i < h.size(); ++i) h[i] = std * rng::normal(seed, 0x1417, i);
-  return tape.parameter(shape, h);
+  Tensor<B> t = tape.parameter(shape);  // through the ledger: OutOfMemory past a limit
+  if constexpr (!is_meta_backend_v<B>)  // a shape-only backend has no values to draw
+    detail::fill_normal<B>(t.storage()->data(), shape.numel(), std, seed, 0x1417);
+  return t;
 }
 /// A parameter filled with `value`.
 template <class B>
 Tensor<B> constant(Tape<B>& tape, const Shape& shape, float value) {
   shape.check_concrete("nn::init::constant");
-  if constexpr (is_meta_backend_v<B>) return tape.parameter(shape);
-  return tape.parameter(shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), value));
+  Tensor<B> t = tape.parameter(shape);
+  if constexpr (!is_meta_backend_v<B>) B::fill(t.template data<float>(), t.numel(), value);
+  return t;
 }
 }  // namespace init
 

@@ -201,6 +201,7 @@ struct CpuPointwise {
                          std::int64_t src_n, std::int64_t src_start, std::int64_t len,
                          std::int64_t outer, std::int64_t inner, bool accumulate) {
     const std::int64_t w = len * inner;
+    if (w == 0 || outer == 0) return;  // an empty slice: no pointer may be dereferenced
     parallel_for(outer, kGrain / (w + 1) + 1, [&](std::int64_t ob, std::int64_t oe) {
       for (std::int64_t o = ob; o < oe; ++o) {
         float* d = dst + (o * dst_n + dst_start) * inner;
