@@ -6,7 +6,7 @@ each process taking its strategies in turns step by step (gpt_step's comma list)
 
     python3 benchmarks/attention_paths.py            # writes benchmarks/results/attention_paths.md
 """
-import json, os, subprocess, sys, datetime, platform
+import argparse, json, os, subprocess, sys, datetime, platform
 
 CONFIGS = [  # (name, gpt_step shape flags, steps, warmup)
     ("GPT L8 d256 h4 T256 B4", ["--layers", "8", "--d", "256", "--heads", "4", "--seq", "256",
@@ -17,6 +17,9 @@ CONFIGS = [  # (name, gpt_step shape flags, steps, warmup)
 
 
 def main():
+    # no options (the environment sets them); --help prints the docstring, anything else errs
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     threads = int(os.environ.get("THREADS", "1"))
     bin_ = os.path.join("build", "benchmarks", "gpt_step")
     rows = []

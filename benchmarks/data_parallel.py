@@ -7,7 +7,7 @@ hide inside it. Medians over the steps after the first WARMUP.
     python3 benchmarks/data_parallel.py     # writes benchmarks/results/<date>-data-parallel.md
     STEPS=20 WARMUP=5 CHECKPOINTS=none,block python3 benchmarks/data_parallel.py
 """
-import datetime, json, os, platform, statistics, subprocess, sys
+import argparse, datetime, json, os, platform, statistics, subprocess, sys
 
 SHAPE = ["--layers", "8", "--d", "256", "--heads", "4", "--seq", "256", "--vocab", "256"]
 BATCH = 4  # sequences per rank and step
@@ -70,6 +70,9 @@ def torch_ddp(ranks, checkpoint, steps, warmup):
 
 
 def main():
+    # no options (the environment sets them); --help prints the docstring, anything else errs
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     steps = int(os.environ.get("STEPS", "12"))
     warmup = int(os.environ.get("WARMUP", "4"))
     checkpoints = os.environ.get("CHECKPOINTS", "none,block").split(",")

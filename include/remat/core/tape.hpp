@@ -95,9 +95,9 @@ struct Node {
 
 namespace detail {
 /// Writes the n draws std * rng::normal(seed, offset, i) (counter-based: the same on every
-/// backend) to the f32 buffer `dst` of backend B, through a 16 KiB host piece: a staging vector as large
-/// as the tensor would be memory the ledger does not count (under a system limit its
-/// std::bad_alloc, not the ledger's OutOfMemory, would end the run).
+/// backend) to the f32 buffer `dst` of backend B, through a 16 KiB host piece: a staging
+/// vector as large as the tensor would be memory the ledger does not count (under a system
+/// limit its std::bad_alloc, not the ledger's OutOfMemory, would end the run).
 template <class B>
 void fill_normal(void* dst, std::int64_t n, float std, std::uint64_t seed, std::uint64_t offset) {
   constexpr std::int64_t kPiece = std::int64_t{1} << 12;
