@@ -24,6 +24,7 @@
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"
+#include "support/require_error.hpp"
 
 using namespace remat;
 
@@ -47,20 +48,7 @@ bool exists(const std::string& p) {
   return ::stat(p.c_str(), &sb) == 0;
 }
 
-// Runs f and requires a remat::Error (not another std:: exception) whose text has every part.
-template <class Fn>
-void require_error(Fn&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    FAIL("no exception");
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    INFO(what);
-    for (const char* p : parts) CHECK(what.find(p) != std::string::npos);
-  } catch (const std::exception& e) {
-    FAIL("a " << typeid(e).name() << " escaped instead of remat::Error: " << e.what());
-  }
-}
+using remat_test::require_error;
 }  // namespace
 
 TEST_CASE("safetensors shapes whose element count overflows are refused, naming tensor and field",

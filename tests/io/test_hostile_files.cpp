@@ -27,6 +27,7 @@
 
 #include "support/catch.hpp"
 #include "support/proc_status.hpp"
+#include "support/require_error.hpp"
 
 using namespace remat;
 
@@ -54,22 +55,7 @@ std::string nested(std::size_t levels, const std::string& inner = "") {
   return std::string(levels, '[') + inner + std::string(levels, ']');
 }
 
-// Runs f and requires a remat::Error (not another std:: exception) whose text has every part.
-template <class Fn>
-std::string require_error(Fn&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    FAIL("no exception");
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    INFO(what);
-    for (const std::string& p : parts) CHECK(what.find(p) != std::string::npos);
-    return what;
-  } catch (const std::exception& e) {
-    FAIL("a " << typeid(e).name() << " escaped instead of remat::Error: " << e.what());
-  }
-  return "";
-}
+using remat_test::require_error;
 
 // Under AddressSanitizer (tests/sanitize.sh) memory is shadowed and freed memory quarantined:
 // resident-memory bounds are not the reader's, so only outcomes and messages are checked.
