@@ -53,7 +53,15 @@ def main():
     ap.add_argument("--skip-time", action="store_true", help="memory pass only")
     ap.add_argument("--tag", default="", help="suffix of the output files")
     ap.add_argument("--out-dir", default=os.path.join("benchmarks", "results"))
+    ap.add_argument("--plot-only", action="store_true",
+                    help="redraw <out-dir>/planner_pareto<tag>.png from its .json; run nothing")
     a = ap.parse_args()
+    if a.plot_only:
+        base = os.path.join(a.out_dir, "planner_pareto" + a.tag)
+        with open(base + ".json") as f:
+            doc = json.load(f)
+        plot(doc["rows"], doc["meta"]["config"], base + ".png")
+        return
 
     shape = ["--layers", str(a.layers), "--d", str(a.d), "--heads", str(a.heads), "--seq", str(a.seq),
              "--batch", str(a.batch), "--vocab", str(a.vocab), "--threads", str(a.threads)]
@@ -163,24 +171,31 @@ def main():
                     "to the byte at every remat point: %s; worst |RSS growth / predicted process - 1|: "
                     "%.2f%%.\n" % (len(plan), ", ".join(over) or "none", "yes" if exact else "NO",
                                     100 * worst))
+    plot(list(rows.values()) + torch_rows, meta["config"], base + ".png")
+
+
+def plot(allrows, cfg, path):
+    """Step time against RSS growth: the planner's budgets, the fixed strategies, PyTorch."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("no matplotlib: skipped the plot", file=sys.stderr)
+        print("no matplotlib: skipped the plot (apt-get install python3-matplotlib, then "
+              "--plot-only)", file=sys.stderr)
         return
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    plan = sorted([r for r in rows.values() if r["series"] == "remat planner" and "step_s" in r],
+    plan = sorted([r for r in allrows if r["series"] == "remat planner" and "step_s" in r],
                   key=lambda r: r["rss_growth_bytes"])
     ax.plot([r["rss_growth_bytes"] / 2**20 for r in plan], [r["step_s"] for r in plan], "o-",
             label="remat planner (budget sweep)")
-    for r in rows.values():
+    for r in allrows:
         if r["series"] == "remat fixed" and "step_s" in r:
             ax.plot(r["rss_growth_bytes"] / 2**20, r["step_s"], "s", color="tab:green")
             ax.annotate(r["checkpoint"], (r["rss_growth_bytes"] / 2**20, r["step_s"]), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")
     ax.plot([], [], "s", color="tab:green", label="remat fixed strategies")
+    torch_rows = [r for r in allrows if r["series"] == "pytorch"]
     if torch_rows:
         ax.plot([r["rss_growth_bytes"] / 2**20 for r in torch_rows], [r["step_s"] for r in torch_rows],
                 "^", color="tab:red", label="PyTorch 1.13 (none, block, checkpoint_sequential K)")
@@ -189,12 +204,12 @@ def main():
                         xytext=(3, -9), textcoords="offset points", color="tab:red")
     ax.set_xlabel("peak memory: RSS growth of the process (MiB)")
     ax.set_ylabel("step time (s, median)")
-    ax.set_title("GPT L%d d%d T%d B%d, %d thread: time vs memory" % (a.layers, a.d, a.seq, a.batch, a.threads))
+    ax.set_title("GPT L%d d%d T%d B%d, %d thread: time vs memory" % (
+        cfg["layers"], cfg["d"], cfg["seq"], cfg["batch"], cfg["threads"]))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(base + ".png", dpi=110)
-
+    fig.savefig(path, dpi=110)
 
 if __name__ == "__main__":
     main()
