@@ -92,6 +92,13 @@ inline std::uint64_t file_size(const std::string& path, const char* what) {
   return static_cast<std::uint64_t>(sb.st_size);
 }
 
+/// Whether `path` names an existing regular file (an optional file beside another: a
+/// config.json, a tokenizer's files); false for a directory, a device or nothing.
+inline bool is_regular_file(const std::string& path) {
+  struct ::stat sb {};
+  return ::stat(path.c_str(), &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 /// The bytes of a file. A regular file's size comes from stat() and is checked against `cap`
 /// before memory is reserved (`kind` names the file in that error: "a config.json"); a pipe or
 /// a terminal (e.g. /dev/stdin) is read to its end, or until it passes `cap`.

@@ -22,8 +22,6 @@
 #include <utility>
 #include <vector>
 
-#include <sys/stat.h>
-
 #include "remat/io/json.hpp"
 #include "remat/io/safetensors.hpp"
 #include "remat/nn/gpt.hpp"
@@ -217,8 +215,7 @@ inline Gpt2Weights read_gpt2(const std::string& path) {
   if (out.n_head > 0) return out;
   const std::size_t slash = path.rfind('/');
   const std::string cfg = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
-  struct ::stat sb {};
-  if (::stat(cfg.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) return out;  // none beside: not recorded
+  if (!is_regular_file(cfg)) return out;  // none beside: not recorded
   const std::vector<char> text = read_file(cfg, "read_gpt2", kConfigJsonMaxBytes, "a config.json");
   const JsonDocument doc = parse_json_document(std::string_view(text.data(), text.size()), kConfigJsonLimits,
                                                "remat::io::read_gpt2", "config.json beside the weights", cfg);

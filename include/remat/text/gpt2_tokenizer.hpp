@@ -56,7 +56,6 @@
 #include <queue>
 #include <string>
 #include <string_view>
-#include <sys/stat.h>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -187,10 +186,7 @@ class Gpt2Tokenizer {
   /// The tokenizer in a directory: encoder.json + vocab.bpe, vocab.json + merges.txt, or
   /// tokenizer.json (checked in that order).
   static Gpt2Tokenizer from_directory(const std::string& dir) {
-    const auto has = [&](const char* name) {
-      struct ::stat sb {};
-      return ::stat((dir + "/" + name).c_str(), &sb) == 0 && S_ISREG(sb.st_mode);
-    };
+    const auto has = [&](const char* name) { return io::is_regular_file(dir + "/" + name); };
     if (has("encoder.json") && has("vocab.bpe"))
       return from_files(dir + "/encoder.json", dir + "/vocab.bpe");
     if (has("vocab.json") && has("merges.txt"))
