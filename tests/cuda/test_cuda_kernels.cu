@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -255,6 +256,17 @@ double worst(const remat_cuda_test::Result& a, const remat_cuda_test::Result& b)
   return e;
 }
 
+// Every float of both results has the same bits.
+bool same_bits(const remat_cuda_test::Result& a, const remat_cuda_test::Result& b) {
+  auto eq = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * 4) == 0);
+  };
+  if (!eq(a.out, b.out) || a.grads.size() != b.grads.size()) return false;
+  for (std::size_t i = 0; i < a.grads.size(); ++i)
+    if (!eq(a.grads[i], b.grads[i])) return false;
+  return true;
+}
+
 bool is_attention(const std::string& op) {
   return op.find("attention") != std::string::npos;
 }
@@ -276,6 +288,10 @@ void test_ops_against_cpu() {
       check(e <= limit, what.c_str(), e);
     }
   }
+  // The embedding's backward sums a repeated token's rows in token order on both backends
+  // (NOTE [embedding backward]): the same bits, not only close ones (ids 0, 3 and 49 repeat).
+  const auto cpu = remat_cuda_test::cpu_op("embedding"), dev = remat_cuda_test::run_op<Cuda>("embedding");
+  check(same_bits(cpu, dev), "the embedding's table gradient is the CPU's bit for bit");
   Cuda::set_attention_path(cuda::AttentionPath::from_env);
 }
 
@@ -343,6 +359,45 @@ void test_every_kernel_ran() {
               launched.size(), never.empty() ? " none" : never.c_str());
   check(declared.size() >= 20, "the kernel headers declare the kernels", double(declared.size()));
   check(never.empty(), "every kernel is reached by a test");
+}
+
+// Determinism (issue 25, item 7): under two random block schedules (Device::set_schedule_seed:
+// the blocks of every launch in a seeded random order, each block's threads lowest- or
+// highest-first at random, atomics applied in that order, as a GPU may) every op's output and
+// gradients, and a GPT step's loss and every parameter's gradient (wte included, whose rows
+// repeat), keep their bits; and a checkpointed step's gradients are the plain step's, bit for
+// bit, under either schedule. A kernel whose result depends on the order of its blocks (an
+// atomicAdd scatter) fails here, not only on a GPU.
+void test_schedule_seeds() {
+  using remat_cuda_test::Result;
+  auto& dev = cuda::emu::device();
+  const std::uint64_t before = dev.schedule_seed();
+  const std::uint64_t seeds[2] = {0x5EED0001u, 0x5EED0002u};
+  auto under = [&](std::uint64_t seed, auto fn) {
+    dev.set_schedule_seed(seed);
+    Result r = fn();
+    dev.set_schedule_seed(before);
+    return r;
+  };
+  cuda::Context::get().set_tf32(false);
+  std::string differ;
+  for (const auto& name : remat_cuda_test::op_names()) {
+    auto op = [&] { return remat_cuda_test::run_op<Cuda>(name); };
+    if (!same_bits(under(seeds[0], op), under(seeds[1], op))) differ += " " + name;
+  }
+  std::printf("  every op under two block schedules: %s\n", differ.empty() ? "same bits" : ("differ:" + differ).c_str());
+  check(differ.empty(), "every op gives the same bits under two block schedules");
+  for (const char* strategy : {"none", "block", "selective"}) {
+    auto step = [&] { return remat_cuda_test::run_gpt<Cuda>(strategy, 0.1f); };
+    const Result a = under(seeds[0], step), b = under(seeds[1], step);
+    const Result plain = under(seeds[1], [&] { return remat_cuda_test::run_gpt<Cuda>("none", 0.1f); });
+    const bool same = same_bits(a, b), as_plain = same_bits(b, plain);
+    std::printf("  GPT step, checkpoint %-9s: two schedules %s; vs none %s\n", strategy,
+                same ? "same bits" : "DIFFER", as_plain ? "same bits" : "DIFFER");
+    check(same, "a GPT step's loss and gradients keep their bits under two block schedules");
+    check(as_plain, "a checkpointed GPT step's gradients are the plain step's bit for bit");
+  }
+  cuda::Context::get().set_tf32(true);
 }
 
 // NOTE [host round trips] (cuda.hpp): a training step with clipping copies from the device to
@@ -422,6 +477,7 @@ int main() {
   section("gpt", test_gpt);
 #if defined(REMAT_CUDA_EMULATION)
   section("host round trips", test_host_round_trips);
+  section("block schedules", test_schedule_seeds);
   section("coverage", test_every_kernel_ran);
 #endif
   section("synchronize", [] { Cuda::synchronize(); });

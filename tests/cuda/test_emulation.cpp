@@ -9,6 +9,7 @@
 // never throws, REMAT_CUDA_SYNC_CHECK names the kernel that faulted. ctest runs each case in a
 // process of its own (catch_discover_tests), so "fresh process" cases are fresh.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -146,6 +147,47 @@ TEST_CASE("the emulation: a missing __syncthreads in a shared-memory reduction g
   // tree, so it happens to be right: one reason the blocks alternate.
   REMAT_CUDA_LAUNCH(block_sum_kernel<>, 2, 256, 0, stream(), out.p, x.p, 256, false);
   CHECK(out.host()[0] != Approx(want));
+}
+
+template <int = 0>
+__global__ void atomic_sum_kernel(float* out, const float* x) {
+  if (threadIdx.x == 0) atomicAdd(out, x[blockIdx.x]);
+}
+
+TEST_CASE("the emulation: a schedule seed runs blocks in a random order, and atomics in that order", "[cuda][emulation]") {
+  // Seed 0: forwards in odd launches, backwards in even ones; any other seed: a permutation
+  // that changes with the seed and the launch.
+  const auto fwd = emu::block_order(5, 1, 0), bwd = emu::block_order(5, 2, 0);
+  CHECK(fwd == std::vector<unsigned long long>{0, 1, 2, 3, 4});
+  CHECK(bwd == std::vector<unsigned long long>{4, 3, 2, 1, 0});
+  std::vector<std::vector<unsigned long long>> seen;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    auto o = emu::block_order(100, 7, seed);
+    auto sorted = o;
+    std::sort(sorted.begin(), sorted.end());
+    for (unsigned long long i = 0; i < 100; ++i) REQUIRE(sorted[i] == i);  // a permutation
+    for (const auto& s : seen) CHECK(o != s);
+    seen.push_back(o);
+  }
+  CHECK(emu::block_order(100, 7, 3) == seen[2]);    // drawn from (seed, launch) alone
+  CHECK(emu::block_order(100, 8, 3) != seen[2]);
+  // A float sum by atomicAdd, one block per term, terms of mixed magnitude: its bits depend on
+  // the order of the blocks, so random schedules give more than one answer.
+  std::vector<float> h(64);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = (i % 3 == 0 ? 1e7f : 1.0f) * (i % 2 ? -1.0f : 1.0f) + 0.1f * i;
+  DeviceFloats x(64), out(1);
+  Cuda::copy_from_host(x.p, h.data(), 64 * 4);
+  const std::uint64_t before = emu::device().schedule_seed();
+  std::vector<float> sums;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    emu::device().set_schedule_seed(seed);
+    Cuda::fill(out.p, 1, 0.0f);
+    REMAT_CUDA_LAUNCH(atomic_sum_kernel<>, 64, 32, 0, stream(), out.p, x.p);
+    sums.push_back(out.host()[0]);
+  }
+  emu::device().set_schedule_seed(before);
+  std::sort(sums.begin(), sums.end());
+  CHECK(std::unique(sums.begin(), sums.end()) - sums.begin() > 1);
 }
 
 TEST_CASE("the emulation: a barrier not every thread reaches is a fault, never a hang", "[cuda][emulation]") {

@@ -157,7 +157,7 @@ TEST_CASE("the CPU kernels take no heap memory behind the ledger", "[heap]") {
       {"cross_entropy_forward", [&] { Cpu::cross_entropy_forward(&loss, lse.data(), logits.data(), ids.data(), rows, V); }},
       {"cross_entropy_backward", [&] { Cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), ids.data(), rows, V, &dloss); }},
       {"embedding_forward", [&] { Cpu::embedding_forward(y.data(), x.data(), ids.data(), rows, C); }},
-      {"embedding_backward", [&] { Cpu::embedding_backward(dx.data(), dy.data(), ids.data(), rows, C); }},
+      {"embedding_backward", [&] { Cpu::embedding_backward(dx.data(), dy.data(), ids.data(), rows, 64, C); }},
       {"gelu_forward", [&] { Cpu::gelu_forward(y.data(), x.data(), n); }},
       {"gelu_backward", [&] { Cpu::gelu_backward(dx.data(), x.data(), dy.data(), n); }},
       {"relu_backward", [&] { Cpu::relu_backward(dx.data(), x.data(), dy.data(), n); }},

@@ -191,7 +191,7 @@ struct Meta {
   static void embedding_forward(float*, const float*, const std::int32_t*, std::int64_t,
                                 std::int64_t) {}
   static void embedding_backward(float*, const float*, const std::int32_t*, std::int64_t,
-                                 std::int64_t) {}
+                                 std::int64_t, std::int64_t) {}
   static void minmax_i32(const std::int32_t*, std::int64_t, std::int32_t& lo, std::int32_t& hi) {
     lo = hi = 0;
   }

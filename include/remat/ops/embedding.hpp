@@ -8,12 +8,13 @@
 
 namespace remat {
 
-// y[i, :] = w[ids[i], :].   dw[ids[i], :] += dy[i, :]
+// y[i, :] = w[ids[i], :].   dw[ids[i], :] += dy[i, :], summed in the order of i on every
+// backend (deterministic: no atomics; CPU and CUDA give the same bits)
 struct EmbeddingOp {
   static constexpr const char* name = "embedding";
   template <class B>
   struct Saved {
-    std::int64_t n = 0, C = 0;
+    std::int64_t n = 0, V = 0, C = 0;
     Tensor<B> ids;
     template <class F> void each(F f) const { f(ids); }
   };
@@ -41,13 +42,14 @@ struct EmbeddingOp {
   template <class B>
   static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& w, const Tensor<B>& ids) {
     s.n = ids.numel();
+    s.V = w.size(0);
     s.C = w.size(1);
     s.ids = ids;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
     B::embedding_backward(dinp[0].template data<float>(), dout.template data<float>(),
-                          s.ids.template data<std::int32_t>(), s.n, s.C);
+                          s.ids.template data<std::int32_t>(), s.n, s.V, s.C);
   }
 };
 

@@ -303,9 +303,10 @@ struct CpuNn {
         std::memcpy(y + i * C, w + static_cast<std::int64_t>(ids[i]) * C, sizeof(float) * C);
     });
   }
-  // dw[ids[i], :] += dy[i, :]  (scatter-add, serial: rows may repeat)
+  // dw[ids[i], :] += dy[i, :] for i in order (dw is [V, C]; serial: rows may repeat, and the
+  // order of the sum is the tokens' order, as on CUDA, so both give the same bits)
   static void embedding_backward(float* dw, const float* dy, const std::int32_t* ids,
-                                 std::int64_t n, std::int64_t C) {
+                                 std::int64_t n, std::int64_t /*V*/, std::int64_t C) {
     for (std::int64_t i = 0; i < n; ++i)
       Arr(dw + static_cast<std::int64_t>(ids[i]) * C, C) += CArr(dy + i * C, C);
   }

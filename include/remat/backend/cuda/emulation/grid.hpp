@@ -13,6 +13,9 @@
 //   ones: one warp runs as far ahead as it can, so a missing barrier lets it overwrite (or
 //   read) shared memory before the other warps are done, as a real race could. The blocks of
 //   a launch run in order in odd launches and in reverse in even ones (races between blocks).
+//   With a schedule seed (Device::set_schedule_seed, REMAT_CUDA_EMU_SEED) blocks run in a
+//   seeded random order and each block picks lowest- or highest-first at random: atomics then
+//   apply in an order a GPU could choose, so an order-dependent result differs between seeds.
 // - Static __shared__ memory is filled with 0xFF bytes (NaN) when a block starts (gcc and
 //   clang without ASan; under gcc's ASan the section is not kept and nothing is filled), the
 //   dynamic shared memory of each block too.
@@ -88,12 +91,13 @@ class BlockRunner {
   /// Runs `body(arg)` in every thread of block `block_idx`; throws KernelFault when the block
   /// breaks the execution model.
   void run(const char* kernel, void (*body)(const void*), const void* arg, uint3 block_idx,
-           dim3 block_dim, dim3 grid_dim, void* dynamic_shared, std::size_t dynamic_bytes) {
+           dim3 block_dim, dim3 grid_dim, void* dynamic_shared, std::size_t dynamic_bytes,
+           bool lowest_first) {
     const int n = static_cast<int>(block_dim.x * block_dim.y * block_dim.z);
     kernel_ = kernel;
     body_ = body;
     arg_ = arg;
-    lowest_first_ = ((block_idx.x + block_idx.y + block_idx.z) & 1u) == 0;
+    lowest_first_ = lowest_first;
     fault_.clear();
     auto& bi = builtins();
     bi.block_idx = block_idx;
@@ -400,6 +404,30 @@ void check_argument(const char* kernel, int i, const P& p) {
   }
 }
 
+/// A step of the SplitMix64 generator: the schedule's random numbers.
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+/// The order in which a launch runs its `blocks` blocks (linear indices): with seed 0, forwards
+/// in odd launches and backwards in even ones; otherwise a Fisher-Yates shuffle drawn from
+/// (seed, launch).
+inline std::vector<unsigned long long> block_order(unsigned long long blocks, std::int64_t launch,
+                                                   std::uint64_t seed) {
+  std::vector<unsigned long long> order(blocks);
+  const bool backwards = launch % 2 == 0;
+  for (unsigned long long i = 0; i < blocks; ++i) order[i] = backwards ? blocks - 1 - i : i;
+  if (seed == 0) return order;
+  std::uint64_t r = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(launch)));
+  for (unsigned long long i = blocks; i > 1; --i) {
+    r = splitmix64(r);
+    std::swap(order[i - 1], order[r % i]);
+  }
+  return order;
+}
+
 /// kernel<<<grid, block, smem, stream>>>(args...) on the host. Launch errors (a bad
 /// configuration, no device) are left for cudaGetLastError() as CUDA does; a broken execution
 /// model throws KernelFault.
@@ -440,13 +468,21 @@ void launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, std::
   BlockRunner& runner = BlockRunner::get();
   // Blocks run first to last in odd launches and last to first in even ones: a race between
   // blocks (two writing one place, one reading what another writes) shows in one of the two.
-  const bool backwards = dev.launches() % 2 == 0;
+  // With a schedule seed, in a random order of (seed, launch number) instead.
   const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+  const std::vector<unsigned long long> order =
+      block_order(blocks, dev.launches(), dev.schedule_seed());
+  std::uint64_t coin = splitmix64(dev.schedule_seed() ^ (0x5851F42D4C957F2Dull * dev.launches()));
   for (unsigned long long i = 0; i < blocks; ++i) {
-    const unsigned long long b = backwards ? blocks - 1 - i : i;
+    const unsigned long long b = order[i];
     const uint3 idx{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
                     static_cast<unsigned>(b / (1ull * grid.x * grid.y))};
-    runner.run(name, body, &frame, idx, block, grid, dyn.get(), smem);
+    bool lowest_first = ((idx.x + idx.y + idx.z) & 1u) == 0;
+    if (dev.schedule_seed() != 0) {
+      coin = splitmix64(coin);
+      lowest_first = (coin >> 63) != 0;
+    }
+    runner.run(name, body, &frame, idx, block, grid, dyn.get(), smem, lowest_first);
   }
   const std::string guard = dev.broken_guard();
   if (!guard.empty())

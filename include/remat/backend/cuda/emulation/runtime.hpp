@@ -233,6 +233,14 @@ class Device {
     ++launches_;
     ++by_kernel_[kernel];
   }
+  /// The block schedule (grid.hpp). Seed 0, the default: blocks run in order in odd launches and
+  /// in reverse in even ones. Any other seed: every launch runs its blocks in a random order
+  /// drawn from (seed, launch number), each block's threads lowest- or highest-first at random,
+  /// and atomics apply in that order, as a GPU's scheduler might. Two seeds that give different
+  /// bits expose a kernel whose result depends on the order of its blocks. REMAT_CUDA_EMU_SEED
+  /// sets it at start-up.
+  std::uint64_t schedule_seed() const { return seed_; }
+  void set_schedule_seed(std::uint64_t seed) { seed_ = seed; }
   /// Round trips with the host (NOTE [host round trips], cuda.hpp): calls that make the host
   /// wait for the device (cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize),
   /// and copies from the device to the host.
@@ -273,6 +281,10 @@ class Device {
   std::int64_t mallocs_ = 0, streams_created_ = 0, launches_ = 0, host_waits_ = 0,
                copies_to_host_ = 0;
   Faults faults_;
+  std::uint64_t seed_ = [] {
+    const char* e = std::getenv("REMAT_CUDA_EMU_SEED");
+    return e ? std::strtoull(e, nullptr, 10) : 0ull;
+  }();
   cudaError_t last_ = cudaSuccess, sticky_ = cudaSuccess, pending_ = cudaSuccess;
 };
 
