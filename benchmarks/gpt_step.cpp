@@ -11,6 +11,7 @@
 #include "gpt_step.hpp"
 
 template <> void set_threads<Cpu>(int threads) { set_num_threads(threads); }
+template <> DeviceWork device_work<Cpu>() { return {}; }  // no device
 template <> std::string backend_json<Cpu>() {
   // The arena (NOTE [CPU arena allocator]): cached and touched bytes now, the process-wide peak
   // of touched bytes, and the bytes its cap gave back and faulted in again; the step plan's

@@ -2,9 +2,12 @@
 // SPDX-License-Identifier: MIT
 // gpt_step's body for any backend: times GPT training steps (forward, backward, optimizer) and
 // reports the allocator's exact memory, one JSON line per checkpoint strategy.
-// Hooks per backend: set_threads<B>, backend_json<B> (defined by gpt_step.cpp / gpt_step_cuda.cu).
+// Hooks per backend: set_threads<B>, backend_json<B>, device_work<B> (defined by gpt_step.cpp /
+// gpt_step_cuda.cu).
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,13 @@ using namespace remat;
 
 template <class B> void set_threads(int threads);
 template <class B> std::string backend_json();
+/// What the host has sent to the device so far: kernel launches (with cuBLAS calls and device
+/// copies), host waits, and (in the CUDA emulation) launches per kernel. launches < 0: no device.
+struct DeviceWork {
+  std::int64_t launches = -1, gemms = -1, host_waits = -1;
+  std::map<std::string, std::int64_t> by_kernel;
+};
+template <class B> DeviceWork device_work();
 
 /// The whole benchmark for backend B (Cpu here; Cuda in gpt_step_cuda.cu).
 template <class B>
@@ -27,7 +37,7 @@ int gpt_step_main(int argc, char** argv) {
   int threads = 1;
   float lr = 1e-3f;
   std::string optimizer = "adamw", checkpoint = "none";
-  bool print_segments = false, no_profile = false, plan_only = false;
+  bool print_segments = false, no_profile = false, plan_only = false, launch_table = false;
   app.add_option("--layers", layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d", d, "model width (n_embd)")->check(CLI::PositiveNumber);
   app.add_option("--heads", heads, "attention heads")->check(CLI::PositiveNumber);
@@ -44,6 +54,8 @@ int gpt_step_main(int argc, char** argv) {
                  "list runs them in turns, step by step, and prints one JSON line each");
   app.add_flag("--segments", print_segments, "print the per-segment ledger (and plans) as tables (stderr)");
   app.add_flag("--no-profile", no_profile, "plan budgets from FLOP counts instead of timing a block");
+  app.add_flag("--launch-table", launch_table,
+               "print the launches of one step per kernel to stderr (the CUDA emulation names them)");
   app.add_flag("--plan-only", plan_only, "print the predicted peaks (and the smallest feasible "
                "budget) as JSON lines, without stepping");
   CLI11_PARSE(app, argc, argv);
@@ -86,6 +98,8 @@ int gpt_step_main(int argc, char** argv) {
       double estimate_s = -1;            // time the estimator took (two steps, shapes only)
       MemoryStats mem;  // the peaks of its worst step by category
       std::vector<SegmentStats> segments;  // its last step's ledger
+      std::int64_t launches = -1, gemms = -1, host_waits = -1;  // its last measured step's
+      std::map<std::string, std::int64_t> by_kernel;            // (forward, backward, optimizer)
     };
     std::vector<Result> results;
     StepOptions so;
@@ -150,6 +164,7 @@ int gpt_step_main(int argc, char** argv) {
       tape.segment_stats().clear();
       reset_peak_memory<B>();
       const std::int64_t live0 = memory_stats<B>().live_total;
+      const DeviceWork work0 = device_work<B>();
       const double t0 = remat_bench::now_s();
       if (s == warmup * n) measured_from = t0;
       auto loss = model.loss(idx, tgt);
@@ -161,6 +176,7 @@ int gpt_step_main(int argc, char** argv) {
         sgd.step();
         sgd.zero_grad();
       }
+      const DeviceWork work1 = device_work<B>();  // before the benchmark's own wait and read
       B::synchronize();  // a GPU step ends when its kernels do
       const double dt = remat_bench::now_s() - t0;
       measured_until = t0 + dt;
@@ -176,6 +192,15 @@ int gpt_step_main(int argc, char** argv) {
         r.peak_step = std::max(r.peak_step, st.peak_total - live0);
         r.peak_saved = std::max(r.peak_saved, st.peak_of(Category::activations));
         r.segments = tape.segment_stats();
+        r.launches = work1.launches - work0.launches;
+        r.gemms = work1.gemms - work0.gemms;
+        r.host_waits = work1.host_waits - work0.host_waits;
+        r.by_kernel.clear();
+        for (const auto& [k, c] : work1.by_kernel) {
+          const auto before = work0.by_kernel.find(k);
+          const std::int64_t d = c - (before == work0.by_kernel.end() ? 0 : before->second);
+          if (d > 0) r.by_kernel[k] = d;
+        }
       }
     }
     for (const Result& r : results) {
@@ -190,7 +215,7 @@ int gpt_step_main(int argc, char** argv) {
           "\"peak_step_bytes\":%lld,\"peak_saved_bytes\":%lld,"
           "%s,\"rss_before_bytes\":%lld,\"rss_peak_bytes\":%lld,"
           "\"measured_from_s\":%.6f,\"measured_until_s\":%.6f,\"libs\":%s,\"memory\":%s,"
-          "\"segments\":%s}\n",
+          "\"segments\":%s%s}\n",
           B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab, r.name.c_str(),
           optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
@@ -200,7 +225,20 @@ int gpt_step_main(int argc, char** argv) {
           static_cast<long long>(r.peak_saved), backend_json<B>().c_str(),
           static_cast<long long>(rss_before), static_cast<long long>(remat_bench::rss_bytes("VmHWM")),
           measured_from, measured_until, remat_bench::loaded_libs_json().c_str(),
-          r.mem.json().c_str(), remat_bench::segments_json(r.segments).c_str());
+          r.mem.json().c_str(), remat_bench::segments_json(r.segments).c_str(),
+          r.launches < 0 ? ""
+                         : (",\"launches_per_step\":" + std::to_string(r.launches) +
+                            ",\"gemms_per_step\":" + std::to_string(r.gemms) +
+                            ",\"host_waits_per_step\":" + std::to_string(r.host_waits)).c_str());
+      if (launch_table && !r.by_kernel.empty()) {
+        std::vector<std::pair<std::int64_t, std::string>> rows;
+        for (const auto& [k, c] : r.by_kernel) rows.push_back({c, k});
+        std::sort(rows.rbegin(), rows.rend());
+        std::fprintf(stderr, "launches of one step, checkpoint %s (kernels %lld, cuBLAS %lld, "
+                     "host waits %lld):\n", r.name.c_str(), static_cast<long long>(r.launches - r.gemms),
+                     static_cast<long long>(r.gemms), static_cast<long long>(r.host_waits));
+        for (const auto& [c, k] : rows) std::fprintf(stderr, "  %6lld  %s\n", static_cast<long long>(c), k.c_str());
+      }
     }
     if (print_segments) std::fprintf(stderr, "%s", segment_table(tape).c_str());
   } catch (const std::exception& e) {

@@ -5,6 +5,11 @@
 //
 //   build/benchmarks/gpt_step_cuda --layers 12 --d 768 --heads 12 --seq 1024 --batch 8
 //                                  --vocab 50257 --checkpoint none,block,selective
+//
+// Each line also gives launches_per_step (kernels, cuBLAS calls and device copies of one
+// measured step: forward, backward, optimizer), gemms_per_step and host_waits_per_step. Built
+// against the CUDA emulation it is gpt_step_emulated: the same program on the CPU, which times
+// nothing of a GPU but counts the same launches (--launch-table lists them per kernel).
 
 #include <remat/cuda.hpp>
 #include <remat/nn/gpt.hpp>
@@ -17,6 +22,15 @@ template <> void set_threads<Cuda>(int) {}
 template <> std::string backend_json<Cuda>() {
   return "\"reserved_bytes\":" + std::to_string(Cuda::reserved_bytes()) +
          ",\"peak_reserved_bytes\":" + std::to_string(Cuda::peak_reserved_bytes());
+}
+
+template <> DeviceWork device_work<Cuda>() {
+  const cuda::DeviceCounts c = cuda::device_counters().now();
+  DeviceWork w{c.launches + c.gemms, c.gemms, c.host_waits, {}};
+#if defined(REMAT_CUDA_EMULATION)
+  w.by_kernel = cuda::emu::device().launches_by_kernel();  // kernels by name (cuBLAS apart)
+#endif
+  return w;
 }
 
 int main(int argc, char** argv) {

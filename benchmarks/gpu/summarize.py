@@ -66,17 +66,18 @@ print("L=12, d=768, heads=12, seq=1024, batch 8, vocab 50257; fp32 with TF32 GEM
       "remat: peak = the ledger's live bytes, reserved = what its caching allocator holds from "
       "cudaMalloc (predicted = the estimator's, before the run). PyTorch: "
       "torch.cuda.max_memory_allocated and max_memory_reserved after warm-up.\n")
-print("| impl | checkpoint | tokens/s | step s | peak GiB | reserved GiB | predicted reserved GiB |")
-print("|---|---|---|---|---|---|---|")
+print("| impl | checkpoint | tokens/s | step s | peak GiB | reserved GiB | predicted reserved GiB | launches/step | host waits/step |")
+print("|---|---|---|---|---|---|---|---|---|")
 if not rows("remat_gpt2_124m.jsonl") and not any(rows("torch_gpt2_124m_%s.json" % c) for c in ("none", "block")):
-    print("| (no results: every step of this table failed or was skipped, see Steps) | | | | | | |")
+    print("| (no results: every step of this table failed or was skipped, see Steps) | | | | | | | | |")
 for d in rows("remat_gpt2_124m.jsonl"):
-    print("| remat | %s | %.0f | %.4f | %s | %s | %s |" % (
+    print("| remat | %s | %.0f | %.4f | %s | %s | %s | %s | %s |" % (
         d.get("checkpoint"), d.get("tokens_per_s", 0), d.get("step_s", 0), gib(d.get("peak_bytes")),
-        gib(d.get("peak_reserved_bytes")), gib(d.get("predicted_reserved_bytes"))))
+        gib(d.get("peak_reserved_bytes")), gib(d.get("predicted_reserved_bytes")),
+        d.get("launches_per_step", "-"), d.get("host_waits_per_step", "-")))
 for ck in ("none", "block"):
     for d in rows("torch_gpt2_124m_%s.json" % ck):
-        print("| PyTorch %s | %s | %.0f | %.4f | %s | %s | - |" % (
+        print("| PyTorch %s | %s | %.0f | %.4f | %s | %s | - | - | - |" % (
             d.get("torch_version"), ck, d.get("tokens_per_s", 0), d.get("step_s", 0),
             gib(d.get("cuda_max_memory_allocated_bytes")), gib(d.get("cuda_max_memory_reserved_bytes"))))
 

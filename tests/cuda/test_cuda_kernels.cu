@@ -303,6 +303,72 @@ void test_optim_against_cpu() {
   }
 }
 
+// NOTE [multi-tensor updates]: one launch per kListTensors tensors gives the bits of one launch
+// per tensor. 45 tensors (two lists), sizes from 0 to past several chunks, AdamW and SGD
+// (plain, momentum at its first and a later use, Nesterov).
+void test_update_lists() {
+  constexpr int kTensors = 45;
+  std::vector<std::int64_t> ns;
+  for (int k = 0; k < kTensors; ++k) ns.push_back(k == 7 ? 0 : (k * 2917) % 13000 + 1);
+  // state[k] = {p, g, m, v} on the device, one copy for each way of updating
+  auto make = [&] {
+    std::vector<std::vector<DeviceBuf>> st(kTensors);
+    for (int k = 0; k < kTensors; ++k) {
+      const auto n = static_cast<std::size_t>(ns[static_cast<std::size_t>(k)]);
+      st[static_cast<std::size_t>(k)].reserve(4);  // DeviceBuf owns its memory: never copied
+      st[static_cast<std::size_t>(k)].emplace_back(seq(n + 1, 1.0f, 0.0f));
+      st[static_cast<std::size_t>(k)].emplace_back(seq(n + 1, 0.1f, 0.01f * k));
+      st[static_cast<std::size_t>(k)].emplace_back(seq(n + 1, 0.05f, 0.0f));
+      st[static_cast<std::size_t>(k)].emplace_back(seq(n + 1, 0.0f, 0.01f));  // v >= 0
+    }
+    return st;
+  };
+  auto slices = [&](std::vector<std::vector<DeviceBuf>>& st, bool momentum, bool first) {
+    std::vector<UpdateSlice> s;
+    for (int k = 0; k < kTensors; ++k) {
+      auto& b = st[static_cast<std::size_t>(k)];
+      s.push_back({b[0].p, b[1].p, momentum ? b[2].p : nullptr, b[3].p, ns[static_cast<std::size_t>(k)], first});
+    }
+    return s;
+  };
+  auto same = [&](std::vector<std::vector<DeviceBuf>>& a, std::vector<std::vector<DeviceBuf>>& b) {
+    for (int k = 0; k < kTensors; ++k)
+      for (int j = 0; j < 4; ++j) {
+        const auto x = a[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)].host();
+        const auto y = b[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)].host();
+        if (std::memcmp(x.data(), y.data(), x.size() * 4) != 0) return false;
+      }
+    return true;
+  };
+  const std::int64_t l0 = cuda::device_counters().now().launches;
+  {
+    auto one = make(), many = make();
+    for (int step = 1; step <= 2; ++step) {
+      const float bc1 = 1.0f - std::pow(0.9f, float(step)), bc2 = 1.0f - std::pow(0.999f, float(step));
+      for (const auto& s : slices(one, true, false))
+        Cuda::adamw_update(s.p, s.g, s.m, s.v, s.n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
+      const auto m = slices(many, true, false);
+      Cuda::adamw_update_many(m.data(), m.size(), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
+    }
+    check(same(one, many), "AdamW over 45 tensors in lists of 32: the bits of one launch per tensor");
+  }
+  for (int kind = 0; kind < 3; ++kind) {  // plain, momentum, Nesterov
+    auto one = make(), many = make();
+    for (int step = 0; step < 2; ++step) {
+      for (const auto& s : slices(one, kind > 0, step == 0))
+        Cuda::sgd_update(s.p, s.g, s.m, s.n, 0.05f, 0.9f, 0.01f, kind == 2, s.first);
+      const auto m = slices(many, kind > 0, step == 0);
+      Cuda::sgd_update_many(m.data(), m.size(), 0.05f, 0.9f, 0.01f, kind == 2);
+    }
+    check(same(one, many), "SGD over 45 tensors in lists of 32: the bits of one launch per tensor");
+  }
+  const std::int64_t launches = cuda::device_counters().now().launches - l0;
+  // per-tensor: 44 non-empty tensors per update; lists: 2 launches per update (8 updates in all)
+  std::printf("  multi-tensor updates: %lld launches for 8 updates of 45 tensors each way\n",
+              static_cast<long long>(launches));
+  check(launches == 8 * 44 + 8 * 2, "a list update of 44 non-empty tensors is 2 launches", double(launches));
+}
+
 void test_gpt() {
   using remat_cuda_test::run_gpt;
   cuda::Context::get().set_tf32(false);
@@ -474,6 +540,7 @@ int main() {
   section("allocator", test_allocator);
   section("ops", test_ops_against_cpu);
   section("optimizers", test_optim_against_cpu);
+  section("update lists", test_update_lists);
   section("gpt", test_gpt);
 #if defined(REMAT_CUDA_EMULATION)
   section("host round trips", test_host_round_trips);

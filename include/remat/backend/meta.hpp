@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "remat/backend/backend.hpp"
+#include "remat/backend/update_list.hpp"
 #include "remat/core/error.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/shape.hpp"
@@ -201,6 +202,9 @@ struct Meta {
                            float, float, float, float, float) {}
   static void sgd_update(float*, const float*, float*, std::int64_t, float, float, float, bool,
                          bool) {}
+  static void adamw_update_many(const UpdateSlice*, std::size_t, float, float, float, float, float,
+                                float, float) {}
+  static void sgd_update_many(const UpdateSlice*, std::size_t, float, float, float, bool) {}
   static double sum_squares(const float*, std::int64_t n) {
     if constexpr (detail::has_sum_squares_scratch<Target>::value) {
       const Scratch s(Target::sum_squares_scratch(n));

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "remat/backend/update_list.hpp"
 #include "remat/core/tape.hpp"
 #include "remat/optim/grad.hpp"
 
@@ -53,14 +54,19 @@ class AdamW {
     ++t_;
     const float bc1 = 1.0f - std::pow(opt_.beta1, static_cast<float>(t_));
     const float bc2 = 1.0f - std::pow(opt_.beta2, static_cast<float>(t_));
+    // Every parameter in one call: a device updates them in a few launches (NOTE
+    // [multi-tensor updates], backend/cuda/optim.cuh); the bits are the per-tensor update's.
+    std::vector<UpdateSlice> slices;
+    slices.reserve(params_.size());
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i];
       auto g = p.grad();
       if (!g.defined()) continue;
       const auto [m, v] = moments(i);
-      B::adamw_update(p.template mutable_data<float>(), g.template data<float>(), m, v, p.numel(),
-                      opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2);
+      slices.push_back({p.template mutable_data<float>(), g.template data<float>(), m, v, p.numel(), false});
     }
+    B::adamw_update_many(slices.data(), slices.size(), opt_.lr, opt_.beta1, opt_.beta2, opt_.eps,
+                         opt_.weight_decay, bc1, bc2);
   }
   void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
   AdamWOptions& options() { return opt_; }

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "remat/backend/update_list.hpp"
 #include "remat/core/tape.hpp"
 #include "remat/optim/grad.hpp"
 
@@ -41,14 +42,18 @@ class SGD {
         if (first[i]) bufs_[i].reset();
       throw;
     }
+    std::vector<UpdateSlice> slices;  // all in one call (NOTE [multi-tensor updates])
+    slices.reserve(params_.size());
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i];
       auto g = p.grad();
       if (!g.defined()) continue;
       float* buf = opt_.momentum != 0.0f ? momentum_buffer(i) : nullptr;
-      B::sgd_update(p.template mutable_data<float>(), g.template data<float>(), buf, p.numel(), opt_.lr,
-                    opt_.momentum, opt_.weight_decay, opt_.nesterov, first[i]);
+      slices.push_back({p.template mutable_data<float>(), g.template data<float>(), buf, nullptr,
+                        p.numel(), static_cast<bool>(first[i])});
     }
+    B::sgd_update_many(slices.data(), slices.size(), opt_.lr, opt_.momentum, opt_.weight_decay,
+                       opt_.nesterov);
   }
   void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
   SGDOptions& options() { return opt_; }

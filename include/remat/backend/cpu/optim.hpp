@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 
 #include "remat/backend/cpu/memory.hpp"
+#include "remat/backend/update_list.hpp"
 
 namespace remat {
 namespace cpu {
@@ -44,6 +45,18 @@ struct CpuOptim {
         p[i] -= lr * (nesterov ? gi + mu * buf[i] : buf[i]);
       }
     });
+  }
+  /// adamw_update on each slice, in order (the same bits as one call per tensor)
+  static void adamw_update_many(const UpdateSlice* s, std::size_t count, float lr, float b1,
+                                float b2, float eps, float wd, float bc1, float bc2) {
+    for (std::size_t k = 0; k < count; ++k)
+      adamw_update(s[k].p, s[k].g, s[k].m, s[k].v, s[k].n, lr, b1, b2, eps, wd, bc1, bc2);
+  }
+  /// sgd_update on each slice, in order
+  static void sgd_update_many(const UpdateSlice* s, std::size_t count, float lr, float mu, float wd,
+                              bool nesterov) {
+    for (std::size_t k = 0; k < count; ++k)
+      sgd_update(s[k].p, s[k].g, s[k].m, s[k].n, lr, mu, wd, nesterov, s[k].first);
   }
   /// sum of x^2 in double (serial: deterministic)
   static double sum_squares(const float* x, std::int64_t n) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "remat/backend/cuda/context.cuh"
+#include "remat/backend/cuda/launch.cuh"
 
 namespace remat {
 namespace cuda {
@@ -16,6 +17,7 @@ struct CudaGemm {
                    const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
                    float* c, std::int64_t ldc) {
     if (M == 0 || N == 0) return;
+    device_counters().gemms.fetch_add(1, std::memory_order_relaxed);
     REMAT_CUBLAS_CHECK(cublasSgemm(Context::get().cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
                                    static_cast<int>(M), static_cast<int>(K), &alpha, b,
@@ -34,6 +36,7 @@ struct CudaGemm {
         gemm(ta, tb, M, N, K, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
       return;
     }
+    device_counters().gemms.fetch_add(1, std::memory_order_relaxed);
     REMAT_CUBLAS_CHECK(cublasSgemmStridedBatched(
         Context::get().cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
         static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b,

@@ -7,12 +7,32 @@
 // is named at once instead of at some later call (slow: for finding the kernel).
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 
 #include "remat/backend/cuda/error.cuh"
 
 namespace remat {
 namespace cuda {
+
+/// What the host sends to the device and waits for, counted since start-up (issue 25, item 9):
+/// kernel launches (REMAT_CUDA_LAUNCH), cuBLAS calls (CudaGemm) and host waits (a copy to or
+/// from the host, or a synchronization, through CudaMemory). A benchmark takes differences
+/// around a step: launches_per_step, host_waits_per_step. Relaxed atomics: nanoseconds.
+struct DeviceCounts {
+  std::int64_t launches = 0, gemms = 0, host_waits = 0;
+};
+struct DeviceCounters {
+  std::atomic<std::int64_t> launches{0}, gemms{0}, host_waits{0};
+  DeviceCounts now() const {
+    return {launches.load(std::memory_order_relaxed), gemms.load(std::memory_order_relaxed),
+            host_waits.load(std::memory_order_relaxed)};
+  }
+};
+inline DeviceCounters& device_counters() {
+  static DeviceCounters c;
+  return c;
+}
 
 inline std::atomic<bool>& sync_check_flag() {
   static std::atomic<bool> on{[] {
@@ -28,6 +48,7 @@ inline bool sync_check() { return sync_check_flag().load(std::memory_order_relax
 /// After a launch: a launch error (a bad configuration, no device) always throws; with the sync
 /// check on, an error of the kernel's run throws too. Both name the kernel and the call site.
 inline void check_launch(const char* kernel, const char* file, int line) {
+  device_counters().launches.fetch_add(1, std::memory_order_relaxed);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     throw CudaError(::remat::detail::cat("remat: launch of kernel ", kernel, " failed at ", file, ":",

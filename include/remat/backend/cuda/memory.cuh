@@ -159,14 +159,17 @@ struct CudaMemory {
   static void copy_from_host(void* dst, const void* src, std::size_t bytes) {
     const auto s = Context::get().stream();
     REMAT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    device_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
     REMAT_CUDA_CHECK(cudaStreamSynchronize(s));  // the host buffer may go away after return
   }
   static void copy_to_host(void* dst, const void* src, std::size_t bytes) {
     const auto s = Context::get().stream();
     REMAT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    device_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
     REMAT_CUDA_CHECK(cudaStreamSynchronize(s));
   }
   static void copy(void* dst, const void* src, std::size_t bytes) {
+    device_counters().launches.fetch_add(1, std::memory_order_relaxed);  // a stream operation too
     REMAT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, Context::get().stream()));
   }
   static void fill(float* x, std::int64_t n, float v) {
@@ -177,7 +180,10 @@ struct CudaMemory {
     if (n <= 0) return;
     REMAT_CUDA_LAUNCH(add_into_kernel<>, grid_for(n), 256, 0, Context::get().stream(), dst, src, n);
   }
-  static void synchronize() { REMAT_CUDA_CHECK(cudaStreamSynchronize(Context::get().stream())); }
+  static void synchronize() {
+    device_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
+    REMAT_CUDA_CHECK(cudaStreamSynchronize(Context::get().stream()));
+  }
   static std::size_t reserved_bytes() { return CachingAllocator::get().reserved_bytes(); }
   static std::size_t peak_reserved_bytes() { return CachingAllocator::get().peak_reserved_bytes(); }
   static void reset_peak_reserved() { CachingAllocator::get().reset_peak_reserved(); }
