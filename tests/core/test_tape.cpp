@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The tape: recording, backward, gradient accumulation, grad mode, and its errors.
 
+#include <cmath>
+
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"
@@ -28,6 +30,64 @@ TEST_CASE("gradients accumulate over backward calls until zero_grad", "[tape]") 
   CHECK(w.grad().to_vector() == std::vector<float>{0.0f, 0.0f});
   optim::zero_grad(std::vector<Tensor<Cpu>>{w});
   CHECK_FALSE(w.grad().defined());
+}
+
+// NOTE [fresh gradient buffers]: a buffer made for a node is written by ops that can (linear,
+// matmul, elementwise: GEMM beta 0, set instead of add) and zeroed for the others; every later
+// contribution adds. So: two backward passes give twice one pass; a parameter used by
+// two ops gets both parts; a tensor that is both inputs of one op (x * x, a a^T) gets both.
+// (Two passes give twice one pass to rounding: a gradient of several parts is summed in
+// another order the second time.)
+TEST_CASE("a fresh gradient buffer is written once, then every contribution adds", "[tape]") {
+  auto vals = [](std::size_t n, float s) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = s * rng::normal(3, n, i);
+    return v;
+  };
+  Tape<Cpu> tape;
+  auto x = tape.parameter({3, 4, 5}, vals(60, 1.0f)), w = tape.parameter({5, 6}, vals(30, 0.5f)),
+       b = tape.parameter({6}, vals(6, 0.1f)), m = tape.parameter({6, 2}, vals(12, 0.3f));
+  const std::vector<Tensor<Cpu>> ps{x, w, b, m};
+  // one graph: linear, a broadcast add and mul, a batched matmul whose weight's gradient is
+  // summed over the batch (shared C), and a matmul of a tensor with itself
+  auto loss = [&] {
+    auto h = linear(x, w, b);                     // (3, 4, 6)
+    auto g = (h + b) * b;                          // b broadcast twice more
+    auto z = matmul(g, m);                         // (3, 4, 2): dm summed over 12 rows
+    auto q = matmul(x, x, false, true);            // (3, 4, 4): x is both operands
+    return sum(z * z) + sum(q) + sum(x * x);
+  };
+  auto grads = [&] {
+    std::vector<std::vector<float>> g;
+    for (const auto& p : ps) g.push_back(p.grad().to_vector());
+    return g;
+  };
+  tape.backward(loss());
+  const auto once = grads();
+  tape.backward(loss());
+  const auto twice = grads();
+  for (std::size_t k = 0; k < ps.size(); ++k)
+    for (std::size_t i = 0; i < once[k].size(); ++i)  // (sums of several parts: not exact)
+      REQUIRE(std::fabs(twice[k][i] - 2.0f * once[k][i]) <= 1e-5f * (1.0f + std::fabs(once[k][i])));
+  // against finite differences (the contributions of every use are all there)
+  optim::zero_grad(ps);
+  tape.backward(loss());
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    auto& p = ps[k];
+    const auto g = p.grad().to_vector();
+    for (std::size_t i = 0; i < g.size(); i += 3) {
+      const float at = p.data<float>()[i], h = 1e-2f;
+      double f[2];
+      for (int sgn = 0; sgn < 2; ++sgn) {
+        p.mutable_data<float>()[i] = at + (sgn ? -h : h);
+        NoGrad ng;
+        f[sgn] = loss().item();
+      }
+      p.mutable_data<float>()[i] = at;
+      const double fd = (f[0] - f[1]) / (2.0 * h);
+      CHECK(std::fabs(fd - g[i]) <= 2e-2 * (1.0 + std::fabs(fd)));
+    }
+  }
 }
 
 TEST_CASE("NoGrad records nothing and its outputs need no gradient", "[tape]") {

@@ -129,7 +129,7 @@ struct Meta {
                              std::int64_t, bool, bool) {}
   static void binary_backward(math::BinaryKind, float* da, float* db, const float*, const float*,
                               const float*, std::int64_t outer, std::int64_t inner, bool a_bc,
-                              bool b_bc) {
+                              bool b_bc, bool = false, bool = false) {
     if constexpr (detail::has_binary_scratch<Target>::value) {
       const Scratch s(Target::binary_backward_scratch(outer, inner, da && a_bc, db && b_bc));
     } else {

@@ -10,6 +10,10 @@
 //   template <class B> static Tensor<B> forward(Saved<B>&, const Tensor<B>& x..., attrs...);
 //   template <class B> static void backward(const Saved<B>&, const Tensor<B>& dout,
 //                                           std::vector<Tensor<B>>& dinp);   // dinp[i] +=
+// or, to write the gradient buffers made for this node instead of having the tape zero them
+// first (NOTE [fresh gradient buffers] in core/tape.hpp; one fill launch less per buffer):
+//   template <class B> static void backward(const Saved<B>&, const Tensor<B>& dout,
+//       std::vector<Tensor<B>>& dinp, const std::vector<char>& fresh);  // fresh[i]: dinp[i] =
 // `each` lets the node count the saved bytes exactly and mark them as activations.
 // Optionally, `static void save(Saved<B>&, const Tensor<B>& out, inputs..., attrs...)` fills
 // Saved from the output without computing: checkpoint policies can then keep the op's output
@@ -29,6 +33,20 @@
 namespace remat {
 namespace detail {
 
+// Does Op's backward take the fresh flags (it writes the buffers made for its node)?
+template <class Op, class B, class = void>
+struct writes_fresh_grads : std::false_type {};
+template <class Op, class B>
+struct writes_fresh_grads<Op, B, std::void_t<decltype(Op::backward(
+    std::declval<const typename Op::template Saved<B>&>(), std::declval<const Tensor<B>&>(),
+    std::declval<std::vector<Tensor<B>>&>(), std::declval<const std::vector<char>&>()))>>
+    : std::true_type {};
+
+/// Whether input i's gradient buffer is fresh: made for this node, no values yet.
+inline bool fresh_at(const std::vector<char>& fresh, std::size_t i) {
+  return i < fresh.size() && fresh[i] != 0;
+}
+
 template <class Op, class B>
 struct OpBody final : NodeBody<B> {
   using Saved = typename Op::template Saved<B>;
@@ -46,7 +64,8 @@ struct OpBody final : NodeBody<B> {
       if (t.defined()) t.storage()->release_saved();
     });
   }
-  void backward(Tape<B>&, const std::vector<Tensor<B>>& douts,
+  bool writes_fresh() const override { return writes_fresh_grads<Op, B>::value; }
+  void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
                 std::vector<Tensor<B>>& dinp) override {
     std::size_t k = 0;  // NOTE [version counter]: what was saved must not have been written since
     saved.each([&](const Tensor<B>& t) {
@@ -59,7 +78,10 @@ struct OpBody final : NodeBody<B> {
                   "(optimizer.step(), loading weights) only after backward(), or run the forward "
                   "pass again after the write");
     });
-    Op::backward(saved, douts[0], dinp);
+    if constexpr (writes_fresh_grads<Op, B>::value)
+      Op::backward(saved, douts[0], dinp, tape.fresh_grads());
+    else
+      Op::backward(saved, douts[0], dinp);
   }
   Saved saved;
   std::vector<std::uint64_t> versions;  // of the saved tensors' storages, in each() order

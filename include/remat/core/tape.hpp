@@ -60,6 +60,9 @@ struct NodeBody {
   /// gradient is needed, else a buffer to accumulate (+=) into.
   virtual void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
                         std::vector<Tensor<B>>& dinp) = 0;
+  /// True when backward() writes (=) every gradient buffer that Tape::fresh_grads() marks,
+  /// instead of adding into it (NOTE [fresh gradient buffers]); false: the tape zeroes them.
+  virtual bool writes_fresh() const { return false; }
   std::size_t saved_bytes = 0;  // distinct bytes this node keeps alive for backward
   bool segment = false;         // a checkpoint segment: its replayed interior adds the gradients
   std::uint64_t frame_serial = 0;  // a segment: the serial of its first run's frame
@@ -480,13 +483,14 @@ class Tape {
 
   /// The gradient buffer of a leaf, allocated (zeroed, under `gradients`) on first use.
   Tensor<B> leaf_grad(const std::shared_ptr<TensorImpl<B>>& leaf) {
-    if (!leaf->grad) {
-      const std::size_t bytes = static_cast<std::size_t>(leaf->shape.numel()) * 4;
-      leaf->grad = std::make_shared<Storage<B>>(bytes, leaf->grad_category);
-      B::fill(static_cast<float*>(leaf->grad->data()), leaf->shape.numel(), 0.0f);
-    }
-    return Tensor<B>(leaf).grad();
+    bool fresh = false;
+    Tensor<B> g = leaf_grad_unset(leaf, fresh);
+    if (fresh) B::fill(g.template data<float>(), g.numel(), 0.0f);
+    return g;
   }
+  /// While a node's backward runs: per input, whether its gradient buffer was made for this node
+  /// and holds no values yet (NOTE [fresh gradient buffers]); empty outside a backward.
+  const std::vector<char>& fresh_grads() const { return fresh_; }
 
  private:
   Tensor<B> from_host(const Shape& shape, const void* data, std::size_t n, DType dt, Category c,
@@ -539,9 +543,30 @@ class Tape {
       if (!any) continue;  // no gradient reached this node: just drop what it saved
       for (std::size_t o = 0; o < douts.size(); ++o)
         if (!douts[o].defined()) douts[o] = zeros(node.output_shapes[o]);
+      // NOTE [fresh gradient buffers]: a gradient buffer made for this node holds no values
+      // yet. A node whose body writes such buffers (writes_fresh: an op whose backward takes
+      // the flags, e.g. linear's GEMMs with beta 0) gets them as they are; for any other the
+      // tape zeroes them first, as before. One buffer behind two inputs of the node (x * x, an
+      // alias of a parameter beside the parameter) is zeroed: both inputs add into it.
       dinp.clear();
-      for (const NodeInput<B>& in : node.inputs) dinp.push_back(grad_buffer(in));
+      fresh_.clear();
+      for (const NodeInput<B>& in : node.inputs) {
+        bool fresh = false;
+        dinp.push_back(grad_buffer(in, fresh));
+        fresh_.push_back(fresh ? 1 : 0);
+      }
+      for (std::size_t i = 0; i < dinp.size(); ++i) {
+        if (!fresh_[i]) continue;
+        bool shared = !node.body->writes_fresh();
+        for (std::size_t j = 0; j < dinp.size() && !shared; ++j)
+          shared = j != i && dinp[j].defined() && dinp[j].storage() == dinp[i].storage();
+        if (!shared) continue;
+        B::fill(dinp[i].template data<float>(), dinp[i].numel(), 0.0f);
+        for (std::size_t j = 0; j < dinp.size(); ++j)  // the same buffer is zeroed once
+          if (dinp[j].defined() && dinp[j].storage() == dinp[i].storage()) fresh_[j] = 0;
+      }
       node.body->backward(*this, douts, dinp);
+      fresh_.clear();
       if (observer_) {  // NOTE [gradient contributions]
         if (!node.body->segment)
           for (const NodeInput<B>& in : node.inputs)
@@ -595,18 +620,34 @@ class Tape {
     return in;
   }
 
-  Tensor<B> grad_buffer(const NodeInput<B>& in) {
+  /// The buffer input `in`'s gradient goes into; `fresh` when it was made now (no values yet).
+  Tensor<B> grad_buffer(const NodeInput<B>& in, bool& fresh) {
+    fresh = false;
     if (in.id >= 0) {
       Tensor<B>& slot = grads_[static_cast<std::size_t>(in.id)];
-      if (!slot.defined()) slot = zeros(in.shape);
+      if (!slot.defined()) {
+        slot = detail::make_tensor<B>(this, in.shape);
+        fresh = true;
+      }
       return slot;
     }
-    if (in.leaf) return leaf_grad(in.leaf);
+    if (in.leaf) return leaf_grad_unset(in.leaf, fresh);
     return Tensor<B>();
+  }
+  /// A leaf's gradient buffer; made (under `gradients`, values unset) when absent, then `fresh`.
+  Tensor<B> leaf_grad_unset(const std::shared_ptr<TensorImpl<B>>& leaf, bool& fresh) {
+    fresh = false;
+    if (!leaf->grad) {
+      const std::size_t bytes = static_cast<std::size_t>(leaf->shape.numel()) * 4;
+      leaf->grad = std::make_shared<Storage<B>>(bytes, leaf->grad_category);
+      fresh = true;
+    }
+    return Tensor<B>(leaf).grad();
   }
 
   std::vector<Node<B>> nodes_;
   std::vector<Tensor<B>> grads_;  // gradient slot per recorded tensor id, this epoch
+  std::vector<char> fresh_;       // the running node's inputs: buffers made for it, unset
   std::vector<std::weak_ptr<TensorImpl<B>>> owners_;  // per id: the handle made (liveness)
   std::vector<char> live_;        // per id: its node is still on the tape
   std::size_t prune_mark_ = kPruneMin;

@@ -162,14 +162,15 @@ struct BinaryOp {
     }
   }
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {
     const float* g = dout.template data<float>();
     const float* a = s.a.defined() ? s.a.template data<float>() : g;  // g: never read
     const float* b = s.b.defined() ? s.b.template data<float>() : g;
     float* da = dinp[0].defined() ? dinp[0].template data<float>() : nullptr;
     float* db = dinp[1].defined() ? dinp[1].template data<float>() : nullptr;
     B::binary_backward(s.kind, da, db, g, a, b, s.bc.outer, s.bc.inner, s.bc.a_bcast,
-                       s.bc.b_bcast);
+                       s.bc.b_bcast, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1));
   }
 };
 

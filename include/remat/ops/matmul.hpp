@@ -93,28 +93,39 @@ struct MatmulOp {
     if (b.requires_grad() || b.impl()->segment_grad) s.a = a;
     if (a.requires_grad() || a.impl()->segment_grad) s.b = b;
   }
+  // A fresh buffer (NOTE [fresh gradient buffers]) is written with beta 0, unless the batch
+  // sums into one shared matrix (stride 0 over batch > 1): that is zeroed and added into.
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {
     const auto& p = s.p;
     const float* dc = dout.template data<float>();
+    auto beta = [&](std::size_t i, std::int64_t stride) {
+      if (!detail::fresh_at(fresh, i)) return 1.0f;
+      if (stride != 0 || p.batch == 1) return 0.0f;
+      B::fill(dinp[i].template data<float>(), dinp[i].numel(), 0.0f);
+      return 1.0f;
+    };
     if (dinp[0].defined()) {
       float* da = dinp[0].template data<float>();
       const float* b = s.b.template data<float>();
+      const float ba = beta(0, p.sa);
       if (!p.ta)
-        B::gemm_batched(false, !p.tb, p.M, p.K, p.N, 1.0f, dc, p.N, p.sc, b, p.ldb(), p.sb, 1.0f,
+        B::gemm_batched(false, !p.tb, p.M, p.K, p.N, 1.0f, dc, p.N, p.sc, b, p.ldb(), p.sb, ba,
                         da, p.K, p.sa, p.batch);
       else
-        B::gemm_batched(p.tb, true, p.K, p.M, p.N, 1.0f, b, p.ldb(), p.sb, dc, p.N, p.sc, 1.0f,
+        B::gemm_batched(p.tb, true, p.K, p.M, p.N, 1.0f, b, p.ldb(), p.sb, dc, p.N, p.sc, ba,
                         da, p.M, p.sa, p.batch);
     }
     if (dinp[1].defined()) {
       float* db = dinp[1].template data<float>();
       const float* a = s.a.template data<float>();
+      const float bb = beta(1, p.sb);
       if (!p.tb)
-        B::gemm_batched(!p.ta, false, p.K, p.N, p.M, 1.0f, a, p.lda(), p.sa, dc, p.N, p.sc, 1.0f,
+        B::gemm_batched(!p.ta, false, p.K, p.N, p.M, 1.0f, a, p.lda(), p.sa, dc, p.N, p.sc, bb,
                         db, p.N, p.sb, p.batch);
       else
-        B::gemm_batched(true, p.ta, p.N, p.K, p.M, 1.0f, dc, p.N, p.sc, a, p.lda(), p.sa, 1.0f,
+        B::gemm_batched(true, p.ta, p.N, p.K, p.M, 1.0f, dc, p.N, p.sc, a, p.lda(), p.sa, bb,
                         db, p.K, p.sb, p.batch);
     }
   }
@@ -158,18 +169,21 @@ struct LinearOp {
     if (w.requires_grad() || w.impl()->segment_grad) s.x = x;
     if (x.requires_grad() || x.impl()->segment_grad) s.w = w;
   }
+  // dx = dy W^T, dW = x^T dy, db = column sums of dy; each written, not added, into a fresh
+  // buffer (GEMM beta 0: NOTE [fresh gradient buffers])
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {
     const float* dy = dout.template data<float>();
     if (dinp[0].defined())
       B::gemm(false, true, s.rows, s.in, s.out, 1.0f, dy, s.out, s.w.template data<float>(),
-              s.out, 1.0f, dinp[0].template data<float>(), s.in);
+              s.out, detail::fresh_at(fresh, 0) ? 0.0f : 1.0f, dinp[0].template data<float>(), s.in);
     if (dinp[1].defined())
       B::gemm(true, false, s.in, s.out, s.rows, 1.0f, s.x.template data<float>(), s.in, dy, s.out,
-              1.0f, dinp[1].template data<float>(), s.out);
+              detail::fresh_at(fresh, 1) ? 0.0f : 1.0f, dinp[1].template data<float>(), s.out);
     if (dinp[2].defined())
       B::binary_backward(math::BinaryKind::add, nullptr, dinp[2].template data<float>(), dy, dy,
-                         dy, s.rows, s.out, false, true);
+                         dy, s.rows, s.out, false, true, false, detail::fresh_at(fresh, 2));
   }
 };
 

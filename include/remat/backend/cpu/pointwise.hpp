@@ -56,11 +56,14 @@ struct CpuPointwise {
   }
   // da += dy * d(a op b)/da (summed over outer when a is broadcast); likewise db. Either may
   // be null. Broadcast gradients are summed serially over rows so the result is deterministic.
+  // set_a / set_b: da / db hold no values yet and are written (=), not added into.
   static void binary_backward(math::BinaryKind k, float* da, float* db, const float* dy,
                               const float* a, const float* b, std::int64_t outer,
-                              std::int64_t inner, bool a_bcast, bool b_bcast) {
+                              std::int64_t inner, bool a_bcast, bool b_bcast, bool set_a = false,
+                              bool set_b = false) {
     auto run = [&](float* d, bool d_bcast, bool wrt_a) {
       if (!d) return;
+      if (wrt_a ? set_a : set_b) std::fill(d, d + (d_bcast ? inner : outer * inner), 0.0f);
       auto row = [&](std::int64_t o) {
         ConstArrMap A(a + (a_bcast ? 0 : o * inner), inner);
         ConstArrMap Bv(b + (b_bcast ? 0 : o * inner), inner);

@@ -50,25 +50,30 @@ __global__ void column_partial_kernel(float* partial, ColumnTerm t, std::int64_t
   partial[chunk * C + c] = s;
 }
 template <int = 0>
-__global__ void column_finish_kernel(float* out, const float* partial, std::int64_t C) {
+__global__ void column_finish_kernel(float* out, const float* partial, std::int64_t C,
+                                     bool accumulate) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   float s = 0.0f;
   for (int k = 0; k < kColumnChunks; ++k) s += partial[k * C + c];
-  out[c] += s;
+  out[c] = accumulate ? out[c] + s : s;
 }
 
-/// out (C) += sum over the rows of term (rows, C), deterministically. `partial` holds
-/// CudaSizes::column_sum_scratch(C) bytes (the caller's Scratch: one per kernel call, so that
-/// the estimator's model takes the same blocks).
+/// out (C) += sum over the rows of term (rows, C), deterministically (accumulate false: out =,
+/// its old values never read). `partial` holds CudaSizes::column_sum_scratch(C) bytes (the
+/// caller's Scratch: one per kernel call, so that the estimator's model takes the same blocks).
 inline void column_sum(float* out, const ColumnTerm& t, std::int64_t rows, std::int64_t C,
-                       float* partial) {
-  if (rows == 0 || C == 0) return;
+                       float* partial, bool accumulate = true) {
+  if (C == 0) return;
+  if (rows == 0) {  // an empty sum
+    if (!accumulate) CudaMemory::fill(out, C, 0.0f);
+    return;
+  }
   const auto stream = Context::get().stream();
   const unsigned cols = static_cast<unsigned>((C + 127) / 128);
   REMAT_CUDA_LAUNCH(column_partial_kernel<>, dim3(cols, kColumnChunks), 128, 0, stream,
                     partial, t, rows, C);
-  REMAT_CUDA_LAUNCH(column_finish_kernel<>, cols, 128, 0, stream, out, partial, C);
+  REMAT_CUDA_LAUNCH(column_finish_kernel<>, cols, 128, 0, stream, out, partial, C, accumulate);
 }
 
 }  // namespace cuda

@@ -32,11 +32,12 @@ __global__ void binary_forward_kernel(math::BinaryKind k, float* y, const float*
 template <int = 0>
 __global__ void binary_grad_kernel(math::BinaryKind k, float* d, const float* g, const float* a,
                                    const float* b, std::int64_t outer, std::int64_t inner,
-                                   bool a_bc, bool b_bc, bool wrt_a) {
+                                   bool a_bc, bool b_bc, bool wrt_a, bool set) {
   REMAT_GRID_STRIDE(i, outer * inner) {
     const std::int64_t j = i % inner;
     const float av = a[a_bc ? j : i], bv = b[b_bc ? j : i];
-    d[i] += g[i] * (wrt_a ? math::binary_grad_a(k, av, bv) : math::binary_grad_b(k, av, bv));
+    const float v = g[i] * (wrt_a ? math::binary_grad_a(k, av, bv) : math::binary_grad_b(k, av, bv));
+    d[i] = set ? v : d[i] + v;  // set: d holds no values yet (never read)
   }
 }
 template <int = 0>
@@ -98,10 +99,16 @@ struct CudaPointwise {
     REMAT_CUDA_LAUNCH(binary_forward_kernel<>, grid_for(outer * inner), 256, 0, s(),
                       k, y, a, b, outer, inner, a_bc, b_bc);
   }
+  // set_a / set_b: da / db hold no values yet; written (=), not added into
   static void binary_backward(math::BinaryKind k, float* da, float* db, const float* dy,
                               const float* a, const float* b, std::int64_t outer,
-                              std::int64_t inner, bool a_bc, bool b_bc) {
-    if (outer * inner == 0) return;
+                              std::int64_t inner, bool a_bc, bool b_bc, bool set_a = false,
+                              bool set_b = false) {
+    if (outer * inner == 0) {  // nothing to add; a broadcast buffer to set is an empty sum
+      if (da && set_a && a_bc) CudaMemory::fill(da, inner, 0.0f);
+      if (db && set_b && b_bc) CudaMemory::fill(db, inner, 0.0f);
+      return;
+    }
     const Scratch scratch(CudaSizes::binary_backward_scratch(outer, inner, da && a_bc, db && b_bc));
     auto run = [&](float* d, bool d_bc, bool wrt_a) {
       if (!d) return;
@@ -114,11 +121,11 @@ struct CudaPointwise {
         t.op = k;
         t.a_bc = a_bc;
         t.b_bc = b_bc;
-        column_sum(d, t, outer, inner, scratch.as<float>());
+        column_sum(d, t, outer, inner, scratch.as<float>(), !(wrt_a ? set_a : set_b));
         return;
       }
       REMAT_CUDA_LAUNCH(binary_grad_kernel<>, grid_for(outer * inner), 256, 0, s(),
-                        k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a);
+                        k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a, wrt_a ? set_a : set_b);
     };
     run(da, a_bc, true);
     run(db, b_bc, false);
