@@ -565,7 +565,14 @@ class Tape {
         for (std::size_t j = 0; j < dinp.size(); ++j)  // the same buffer is zeroed once
           if (dinp[j].defined() && dinp[j].storage() == dinp[i].storage()) fresh_[j] = 0;
       }
-      node.body->backward(*this, douts, dinp);
+      try {
+        node.body->backward(*this, douts, dinp);
+      } catch (...) {  // (an OutOfMemory mid-node) no buffer is left holding undefined values
+        for (std::size_t i = 0; i < dinp.size(); ++i)
+          if (fresh_[i]) B::fill(dinp[i].template data<float>(), dinp[i].numel(), 0.0f);
+        fresh_.clear();
+        throw;
+      }
       fresh_.clear();
       if (observer_) {  // NOTE [gradient contributions]
         if (!node.body->segment)
