@@ -256,14 +256,14 @@ double worst(const remat_cuda_test::Result& a, const remat_cuda_test::Result& b)
   return e;
 }
 
-// Every float of both results has the same bits.
+// Every float of x and y has the same bits.
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * 4) == 0);
+}
 bool same_bits(const remat_cuda_test::Result& a, const remat_cuda_test::Result& b) {
-  auto eq = [](const std::vector<float>& x, const std::vector<float>& y) {
-    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * 4) == 0);
-  };
-  if (!eq(a.out, b.out) || a.grads.size() != b.grads.size()) return false;
+  if (!same_bits(a.out, b.out) || a.grads.size() != b.grads.size()) return false;
   for (std::size_t i = 0; i < a.grads.size(); ++i)
-    if (!eq(a.grads[i], b.grads[i])) return false;
+    if (!same_bits(a.grads[i], b.grads[i])) return false;
   return true;
 }
 
@@ -315,11 +315,12 @@ void test_update_lists() {
     std::vector<std::vector<DeviceBuf>> st(kTensors);
     for (int k = 0; k < kTensors; ++k) {
       const auto n = static_cast<std::size_t>(ns[static_cast<std::size_t>(k)]);
-      st[static_cast<std::size_t>(k)].reserve(4);  // DeviceBuf owns its memory: never copied
-      st[static_cast<std::size_t>(k)].emplace_back(seq(n + 1, 1.0f, 0.0f));
-      st[static_cast<std::size_t>(k)].emplace_back(seq(n + 1, 0.1f, 0.01f * k));
-      st[static_cast<std::size_t>(k)].emplace_back(seq(n + 1, 0.05f, 0.0f));
-      st[static_cast<std::size_t>(k)].emplace_back(seq(n + 1, 0.0f, 0.01f));  // v >= 0
+      auto& b = st[static_cast<std::size_t>(k)];
+      b.reserve(4);  // DeviceBuf owns its memory: never copied
+      b.emplace_back(seq(n + 1, 1.0f, 0.0f));
+      b.emplace_back(seq(n + 1, 0.1f, 0.01f * k));
+      b.emplace_back(seq(n + 1, 0.05f, 0.0f));
+      b.emplace_back(seq(n + 1, 0.0f, 0.01f));  // v >= 0
     }
     return st;
   };
@@ -333,11 +334,10 @@ void test_update_lists() {
   };
   auto same = [&](std::vector<std::vector<DeviceBuf>>& a, std::vector<std::vector<DeviceBuf>>& b) {
     for (int k = 0; k < kTensors; ++k)
-      for (int j = 0; j < 4; ++j) {
-        const auto x = a[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)].host();
-        const auto y = b[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)].host();
-        if (std::memcmp(x.data(), y.data(), x.size() * 4) != 0) return false;
-      }
+      for (int j = 0; j < 4; ++j)
+        if (!same_bits(a[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)].host(),
+                       b[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)].host()))
+          return false;
     return true;
   };
   const std::int64_t l0 = cuda::device_counters().now().launches;

@@ -159,14 +159,12 @@ struct CudaMemory {
   static void copy_from_host(void* dst, const void* src, std::size_t bytes) {
     const auto s = Context::get().stream();
     REMAT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
-    device_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
-    REMAT_CUDA_CHECK(cudaStreamSynchronize(s));  // the host buffer may go away after return
+    synchronize();  // the host buffer may go away after return
   }
   static void copy_to_host(void* dst, const void* src, std::size_t bytes) {
     const auto s = Context::get().stream();
     REMAT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-    device_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
-    REMAT_CUDA_CHECK(cudaStreamSynchronize(s));
+    synchronize();
   }
   static void copy(void* dst, const void* src, std::size_t bytes) {
     device_counters().launches.fetch_add(1, std::memory_order_relaxed);  // a stream operation too
@@ -180,6 +178,7 @@ struct CudaMemory {
     if (n <= 0) return;
     REMAT_CUDA_LAUNCH(add_into_kernel<>, grid_for(n), 256, 0, Context::get().stream(), dst, src, n);
   }
+  /// The host waits for the stream (counted: device_counters().host_waits).
   static void synchronize() {
     device_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
     REMAT_CUDA_CHECK(cudaStreamSynchronize(Context::get().stream()));

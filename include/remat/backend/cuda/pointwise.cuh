@@ -104,15 +104,11 @@ struct CudaPointwise {
                               const float* a, const float* b, std::int64_t outer,
                               std::int64_t inner, bool a_bc, bool b_bc, bool set_a = false,
                               bool set_b = false) {
-    if (outer * inner == 0) {  // nothing to add; a broadcast buffer to set is an empty sum
-      if (da && set_a && a_bc) CudaMemory::fill(da, inner, 0.0f);
-      if (db && set_b && b_bc) CudaMemory::fill(db, inner, 0.0f);
-      return;
-    }
+    // (0 bytes when outer * inner == 0, as in the estimator's Meta)
     const Scratch scratch(CudaSizes::binary_backward_scratch(outer, inner, da && a_bc, db && b_bc));
     auto run = [&](float* d, bool d_bc, bool wrt_a) {
       if (!d) return;
-      if (d_bc) {  // summed over the rows: deterministic column sums
+      if (d_bc) {  // summed over the rows: deterministic column sums (none: a set d is zeroed)
         ColumnTerm t;
         t.kind = wrt_a ? ColumnTerm::binary_a : ColumnTerm::binary_b;
         t.g = dy;
@@ -124,6 +120,7 @@ struct CudaPointwise {
         column_sum(d, t, outer, inner, scratch.as<float>(), !(wrt_a ? set_a : set_b));
         return;
       }
+      if (outer * inner == 0) return;
       REMAT_CUDA_LAUNCH(binary_grad_kernel<>, grid_for(outer * inner), 256, 0, s(),
                         k, d, dy, a, b, outer, inner, a_bc, b_bc, wrt_a, wrt_a ? set_a : set_b);
     };
