@@ -27,6 +27,7 @@
 #include "remat/backend/cuda/context.cuh"
 #include "remat/backend/cuda/error.cuh"
 #include "remat/backend/cuda/gemm.cuh"
+#include "remat/backend/cuda/linear.cuh"
 #include "remat/backend/backend.hpp"
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/backend/cuda/nn.cuh"
@@ -38,8 +39,8 @@
 namespace remat {
 
 /// The CUDA backend (one device, one stream). Kernels take device pointers.
-struct Cuda : cuda::CudaMemory, cuda::CudaSizes, cuda::CudaGemm, cuda::CudaPointwise, cuda::CudaNn,
-              cuda::CudaOptim {
+struct Cuda : cuda::CudaMemory, cuda::CudaSizes, cuda::CudaGemm, cuda::CudaLinear,
+              cuda::CudaPointwise, cuda::CudaNn, cuda::CudaOptim {
   using cuda::CudaMemory::name;
   static std::string describe() {
     int dev = 0;

@@ -90,6 +90,52 @@ TEST_CASE("a fresh gradient buffer is written once, then every contribution adds
   }
 }
 
+TEST_CASE("a residual add passes its output's gradient through to an operand", "[tape]") {
+  // NOTE [fresh gradient buffers]: a + b and a - b hand dy itself to a (or to b) as its
+  // gradient buffer when nothing else holds it; later uses of that operand add into it.
+  // Against finite differences, over residual chains with every case around it: the operand
+  // used again (h0 in gelu), sub, x + x (one buffer: no pass-through), a broadcast operand.
+  Tape<Cpu> tape;
+  std::vector<float> xv(24), wv(16), bv(4);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = 0.7f * rng::normal(5, 24, i);
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = 0.4f * rng::normal(6, 16, i);
+  for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = 0.2f * rng::normal(7, 4, i);
+  auto x = tape.parameter({2, 3, 4}, xv), w = tape.parameter({4, 4}, wv), b = tape.parameter({4}, bv);
+  const std::vector<Tensor<Cpu>> ps{x, w, b};
+  auto loss = [&] {
+    auto h0 = linear(x, w, b);          // (2, 3, 4)
+    auto r1 = h0 + gelu(h0);            // h0 passes through, then gelu's gradient adds into it
+    auto r2 = r1 - tanh(r1);            // sub: r1 passes through
+    auto r3 = r2 + r2;                  // one tensor twice: no pass-through
+    auto r4 = gelu(r3) + r3 + b;        // b broadcast: its gradient is a column sum
+    auto r5 = linear(r4, w, b) + x;     // the linear's output passes through; x is a leaf
+    return sum(r5 * r5);
+  };
+  tape.backward(loss());
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    auto& p = ps[k];
+    const auto g = p.grad().to_vector();
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const float at = p.data<float>()[i], h = 1e-2f;
+      double f[2];
+      for (int sgn = 0; sgn < 2; ++sgn) {
+        p.mutable_data<float>()[i] = at + (sgn ? -h : h);
+        NoGrad ng;
+        f[sgn] = loss().item();
+      }
+      p.mutable_data<float>()[i] = at;
+      const double fd = (f[0] - f[1]) / (2.0 * h);
+      CHECK(std::fabs(fd - g[i]) <= 2e-2 * (1.0 + std::fabs(fd)));
+    }
+  }
+  // a passed-through buffer is a plain gradient: a second backward adds the same again
+  const auto once = x.grad().to_vector();
+  tape.backward(loss());
+  const auto twice = x.grad().to_vector();
+  for (std::size_t i = 0; i < once.size(); ++i)
+    REQUIRE(std::fabs(twice[i] - 2.0f * once[i]) <= 1e-5f * (1.0f + std::fabs(once[i])));
+}
+
 TEST_CASE("NoGrad records nothing and its outputs need no gradient", "[tape]") {
   Tape<Cpu> tape;
   auto w = tape.parameter({2, 2}, {1, 2, 3, 4});

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -106,6 +108,70 @@ void test_gemm() {
   cuda::Context::get().set_tf32(true);
 }
 
+// The dense layer's fused GEMMs (linear.cuh) against a host reference in double: y = x w + b
+// in one cuBLAS call and no kernel; dw (written, then added into) and db from one call. Under
+// the emulation, cuBLASLt is also made to find no algorithm for an epilogue: the fallback
+// (broadcast_rows + GEMM, GEMM + column sum) gives the same results and costs its launches.
+void test_linear_epilogues() {
+  cuda::Context::get().set_tf32(false);  // exact fp32 for the comparison
+  const std::int64_t rows = 45, in = 19, out = 23;
+  const auto x = seq(static_cast<std::size_t>(rows * in), 1, 0), w = seq(static_cast<std::size_t>(in * out), 1, 0);
+  const auto b = seq(static_cast<std::size_t>(out), 1, 0.5f), dy = seq(static_cast<std::size_t>(rows * out), 1, 0.1f);
+  const auto dw0 = seq(static_cast<std::size_t>(in * out), 1, 0);
+  std::vector<float> y_ref(static_cast<std::size_t>(rows * out)), dw_ref(dw0.size()), db_ref(b.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t o = 0; o < out; ++o) {
+      double s = b[static_cast<std::size_t>(o)];
+      for (std::int64_t i = 0; i < in; ++i) s += double(x[static_cast<std::size_t>(r * in + i)]) * w[static_cast<std::size_t>(i * out + o)];
+      y_ref[static_cast<std::size_t>(r * out + o)] = static_cast<float>(s);
+    }
+  for (std::int64_t o = 0; o < out; ++o) {
+    double s = 0;
+    for (std::int64_t r = 0; r < rows; ++r) s += dy[static_cast<std::size_t>(r * out + o)];
+    db_ref[static_cast<std::size_t>(o)] = static_cast<float>(s);
+    for (std::int64_t i = 0; i < in; ++i) {
+      double t = 0;
+      for (std::int64_t r = 0; r < rows; ++r) t += double(x[static_cast<std::size_t>(r * in + i)]) * dy[static_cast<std::size_t>(r * out + o)];
+      dw_ref[static_cast<std::size_t>(i * out + o)] = static_cast<float>(t);
+    }
+  }
+  auto run = [&](const char* how, std::int64_t want_launches) {
+    DeviceBuf dx(x), dwt(w), dbias(b), ddy(dy), y(std::vector<float>(y_ref.size(), NAN));
+    DeviceBuf dw(std::vector<float>(dw0.size(), NAN)), db(std::vector<float>(b.size(), NAN));
+    const auto c0 = cuda::device_counters().now();
+    Cuda::linear_forward(y.p, dx.p, dwt.p, dbias.p, rows, in, out);
+    Cuda::linear_backward_weight(dw.p, db.p, dx.p, ddy.p, rows, in, out, 0.0f);
+    const auto c1 = cuda::device_counters().now();
+    const double ey = maxdiff(y.host(), y_ref), ew = maxdiff(dw.host(), dw_ref), eb = maxdiff(db.host(), db_ref);
+    std::printf("  linear (%s): y %.1e, dw %.1e, db %.1e; %lld GEMMs, %lld launches\n", how, ey, ew,
+                eb, static_cast<long long>(c1.gemms - c0.gemms),
+                static_cast<long long>(c1.launches - c0.launches));
+    check(ey < 1e-4, "linear_forward: y = x w + b", ey);
+    check(ew < 1e-4, "linear_backward_weight: dw = x^T dy, written over NaN", ew);
+    check(eb < 1e-4, "linear_backward_weight: db = the column sums of dy, written over NaN", eb);
+    check(c1.gemms - c0.gemms == 2 && c1.launches - c0.launches == want_launches,
+          "linear: one GEMM each, and only the fallback launches kernels",
+          double(c1.launches - c0.launches));
+    // dw added into (beta 1): a second pass doubles it
+    Cuda::copy_from_host(dw.p, dw0.data(), dw0.size() * 4);
+    Cuda::linear_backward_weight(dw.p, db.p, dx.p, ddy.p, rows, in, out, 1.0f);
+    std::vector<float> acc = dw_ref;
+    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += dw0[i];
+    check(maxdiff(dw.host(), acc) < 1e-4, "linear_backward_weight with beta 1 adds into dw",
+          maxdiff(dw.host(), acc));
+  };
+  run("cuBLASLt epilogues", 0);
+#if defined(REMAT_CUDA_EMULATION)
+  auto& ctx = cuda::Context::get();
+  ctx.lt_plans().clear();  // plans remember cuBLASLt's answer: ask again
+  cuda::emu::device().faults().lt_no_epilogue = true;
+  run("no epilogue algorithm: the fallback", 1 + 2);
+  cuda::emu::device().faults().lt_no_epilogue = false;
+  ctx.lt_plans().clear();
+#endif
+  cuda::Context::get().set_tf32(true);
+}
+
 void test_pointwise() {
   const std::size_t n = 1000;
   auto x = seq(n, 2, 0), dy = seq(n, 1, 0);
@@ -189,7 +255,7 @@ void test_estimator() {
       nn::GPT<Cuda> model_(tape, c);
       optim::AdamW<Cuda> opt(model_.parameters(), {});
       const std::vector<std::int32_t> ids(static_cast<std::size_t>(B * T), 0);
-      for (int step = 0; step < 2; ++step) {
+      for (int step = 0; step < 3; ++step) {  // (the third: the estimate's reserved bytes)
         const auto x = tape.tokens({B, T}, ids), y = tape.tokens({B, T}, ids);
         gpt_train_step(model_, opt, x, y);
         Cuda::synchronize();
@@ -198,8 +264,9 @@ void test_estimator() {
           peak_first = memory_stats<Cuda>().peak_total - live0;
           reserved_first = r;
           reset_peak_memory<Cuda>();
-        } else {
+        } else if (step == 1) {
           peak_step = memory_stats<Cuda>().peak_total - live0;
+        } else {
           reserved_step = r;
         }
       }
@@ -213,7 +280,7 @@ void test_estimator() {
           double(peak_step - est.step.peak_total));
     check(reserved_first == est.reserved_first, "reserved through the first step = the estimate",
           double(reserved_first - est.reserved_first));
-    check(reserved_step == est.reserved_peak, "reserved through two steps = the estimate",
+    check(reserved_step == est.reserved_peak, "reserved through three steps = the estimate",
           double(reserved_step - est.reserved_peak));
     check(model.reserved_peak == est.reserved_peak && model.step.peak_total == est.step.peak_total,
           "the host-only CudaModel predicts what Meta<Cuda> does");
@@ -301,6 +368,45 @@ void test_optim_against_cpu() {
     std::printf("  optimizer %-14s 3 steps vs CPU: max rel diff %.2e (limit 1e-5)\n", name.c_str(), e);
     check(e <= 1e-5, name.c_str(), e);
   }
+}
+
+// Clipping's list kernels (32 buffers per launch) against the one-buffer kernels, bit for bit:
+// the sums of squares (45 buffers, an empty one among them) and the scaling.
+void test_clip_lists() {
+  constexpr int kBuffers = 45;
+  std::vector<std::vector<float>> host;
+  std::vector<std::int64_t> ns;
+  for (int k = 0; k < kBuffers; ++k) {
+    ns.push_back(k == 7 ? 0 : (k * 2917) % 13000 + 1);
+    host.push_back(seq(static_cast<std::size_t>(ns.back()) + 1, 1.0f, 0.01f * k));
+  }
+  std::vector<std::unique_ptr<DeviceBuf>> a, b;
+  std::vector<float*> xa, xb;
+  for (int k = 0; k < kBuffers; ++k) {
+    a.push_back(std::make_unique<DeviceBuf>(host[static_cast<std::size_t>(k)]));
+    b.push_back(std::make_unique<DeviceBuf>(host[static_cast<std::size_t>(k)]));
+    xa.push_back(a.back()->p);
+    xb.push_back(b.back()->p);
+  }
+  std::vector<const float*> xs(xa.begin(), xa.end());
+  std::vector<double> many(kBuffers);
+  Cuda::sum_squares_many(many.data(), xs.data(), ns.data(), kBuffers);
+  int differ = 0;
+  for (std::size_t k = 0; k < kBuffers; ++k) {
+    const double one = Cuda::sum_squares(xa[k], ns[k]);
+    differ += std::memcmp(&many[k], &one, sizeof(double)) != 0;
+  }
+  check(differ == 0, "sum_squares_many = sum_squares of each buffer, bit for bit", differ);
+  Cuda::scale_many(xa.data(), ns.data(), kBuffers, 0.37f);
+  for (int k = 0; k < kBuffers; ++k) Cuda::scale(xb[static_cast<std::size_t>(k)], ns[static_cast<std::size_t>(k)], 0.37f);
+  differ = 0;
+  for (int k = 0; k < kBuffers; ++k) {
+    const auto ha = a[static_cast<std::size_t>(k)]->host(), hb = b[static_cast<std::size_t>(k)]->host();
+    differ += std::memcmp(ha.data(), hb.data(), ha.size() * 4) != 0;
+    // the element past each buffer is untouched
+    differ += ha.back() != host[static_cast<std::size_t>(k)].back();
+  }
+  check(differ == 0, "scale_many = scale of each buffer, bit for bit, and nothing past them", differ);
 }
 
 // NOTE [multi-tensor updates]: one launch per kListTensors tensors gives the bits of one launch
@@ -466,6 +572,65 @@ void test_schedule_seeds() {
   cuda::Context::get().set_tf32(true);
 }
 
+// What one GPT training step (no checkpointing, clipping, AdamW) launches, kernel by kernel,
+// against the model's structure (issue 25: launches per step). L layers, P = 12 L + 4 parameter
+// tensors. Per layer: 2 layer norms, 2 residual adds, 1 GELU, 1 attention, 4 linears.
+//   cuBLAS: 4 linears x 3 (forward, dx, dw + db in one call) + the tied head's 3 = 12 L + 3
+//   layer norm: forward, backward, finish, each 2 L + 1 (ln_f too)
+//   residual adds: 2 L + 1 forwards (and wte + wpe), 2 L backwards (one operand's gradient is
+//     the output's, passed through; the other's is written); wpe's, broadcast over the batch,
+//     is one column sum (2 launches)
+//   GELU forward, backward; attention forward, dq (with delta), dk/dv: L each
+//   no broadcast rows (biases are in the GEMMs); 3 fills (the loss's seed; the logits' and
+//   wpe's gradients, whose ops add); embeddings 2 + 2, loss 3
+//   AdamW, the clipping norm's partial sums and its scaling: ceil(P / 32) each, plus 1 sum
+void test_launches_per_step() {
+  for (const int L : {1, 3}) {
+    Tape<Cuda> tape(5);
+    nn::GPT<Cuda> model(tape, remat_cuda_test::gpt_config("none", 0.0f, {64, 4, L}));
+    optim::AdamW<Cuda> opt(model.parameters(), optim::AdamWOptions{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f});
+    std::vector<std::int32_t> x, y;
+    remat_cuda_test::gpt_batch(x, y);
+    auto step = [&] {
+      (void)gpt_train_step(model, opt, tape.tokens({2, 32}, x), tape.tokens({2, 32}, y), 1.0f);
+    };
+    step();
+    auto& dev = cuda::emu::device();
+    const auto before = dev.launches_by_kernel();
+    const auto c0 = cuda::device_counters().now();
+    step();
+    const auto c1 = cuda::device_counters().now();
+    std::map<std::string, std::int64_t> n;
+    for (const auto& [name, count] : dev.launches_by_kernel()) {
+      const auto it = before.find(name);
+      const std::int64_t d = count - (it == before.end() ? 0 : it->second);
+      if (d) n[name.substr(0, name.find('<'))] = d;
+    }
+    std::printf("  one step, %d layers: %lld kernels, %lld cuBLAS calls:", L,
+                static_cast<long long>(c1.launches - c0.launches), static_cast<long long>(c1.gemms - c0.gemms));
+    for (const auto& [name, count] : n) std::printf(" %s %lld", name.c_str(), static_cast<long long>(count));
+    std::printf("\n");
+    const std::int64_t lists = (12 * L + 4 + 31) / 32;
+    const std::map<std::string, std::int64_t> want = {
+        {"layer_norm_forward_kernel", 2 * L + 1}, {"layer_norm_backward_kernel", 2 * L + 1},
+        {"layer_norm_finish_kernel", 2 * L + 1},  {"binary_forward_kernel", 2 * L + 1},
+        {"binary_grad_kernel", 2 * L},            {"column_partial_kernel", 1},
+        {"column_finish_kernel", 1},              {"gelu_forward_kernel", L},
+        {"gelu_backward_kernel", L},              {"flash_forward_kernel", L},
+        {"flash_dq_kernel", L},                   {"flash_dkdv_kernel", L},
+        {"fill_kernel", 3},                       {"embedding_forward_kernel", 2},
+        {"embedding_backward_kernel", 2},         {"cross_entropy_forward_kernel", 1},
+        {"cross_entropy_backward_kernel", 1},     {"mean_kernel", 1},
+        {"adamw_list_kernel", lists},             {"sum_squares_list_kernel", lists},
+        {"sum_rows_kernel", 1},                   {"scale_list_kernel", lists}};
+    std::int64_t total = 0;
+    for (const auto& [name, count] : want) total += count;
+    check(n == want, "a GPT step launches, kernel by kernel, what its structure says", double(L));
+    check(c1.launches - c0.launches == total && c1.gemms - c0.gemms == 12 * L + 3,
+          "a GPT step's launches and cuBLAS calls", double(c1.launches - c0.launches - total));
+  }
+}
+
 // NOTE [host round trips] (cuda.hpp): a training step with clipping copies from the device to
 // the host twice, the gradient norm (every parameter's partial sums at once) and loss.item(),
 // however many parameters the model has; it waits on the device for those and for the batch's
@@ -536,14 +701,17 @@ int main() {
   std::printf("%s\n", Cuda::describe().c_str());
   section("estimator", test_estimator);  // first: on a fresh allocator
   section("gemm", test_gemm);
+  section("linear epilogues", test_linear_epilogues);
   section("pointwise", test_pointwise);
   section("allocator", test_allocator);
   section("ops", test_ops_against_cpu);
   section("optimizers", test_optim_against_cpu);
   section("update lists", test_update_lists);
+  section("clipping lists", test_clip_lists);
   section("gpt", test_gpt);
 #if defined(REMAT_CUDA_EMULATION)
   section("host round trips", test_host_round_trips);
+  section("launches per step", test_launches_per_step);
   section("block schedules", test_schedule_seeds);
   section("coverage", test_every_kernel_ran);
 #endif

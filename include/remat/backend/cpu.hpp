@@ -6,6 +6,7 @@
 
 #include "remat/backend/backend.hpp"
 #include "remat/backend/cpu/gemm.hpp"
+#include "remat/backend/cpu/linear.hpp"
 #include "remat/backend/cpu/memory.hpp"
 #include "remat/backend/cpu/nn.hpp"
 #include "remat/backend/cpu/optim.hpp"
@@ -14,7 +15,8 @@
 namespace remat {
 
 /// The CPU backend. Tensor<Cpu>, Tape<Cpu>, memory_stats<Cpu>().
-struct Cpu : cpu::CpuMemory, cpu::CpuGemm, cpu::CpuPointwise, cpu::CpuNn, cpu::CpuOptim {
+struct Cpu : cpu::CpuMemory, cpu::CpuGemm, cpu::CpuLinear, cpu::CpuPointwise, cpu::CpuNn,
+             cpu::CpuOptim {
   using cpu::CpuMemory::name;
 };
 

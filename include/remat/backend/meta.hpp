@@ -50,6 +50,12 @@ template <class B>
 struct has_attention_forward_scratch<B, std::void_t<decltype(B::attention_forward_scratch(AttentionLayout{}))>>
     : std::true_type {};
 template <class B, class = void>
+struct has_linear_scratch : std::false_type {};
+template <class B>
+struct has_linear_scratch<B, std::void_t<decltype(B::linear_forward_scratch(0, 0, 0)),
+                                         decltype(B::linear_backward_weight_scratch(0, 0, 0))>>
+    : std::true_type {};
+template <class B, class = void>
 struct has_sum_squares_scratch : std::false_type {};
 template <class B>
 struct has_sum_squares_scratch<B, std::void_t<decltype(B::sum_squares_scratch(0))>>
@@ -121,6 +127,19 @@ struct Meta {
   static void gemm_batched(bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
                            const float*, std::int64_t, std::int64_t, const float*, std::int64_t,
                            std::int64_t, float, float*, std::int64_t, std::int64_t, std::int64_t) {}
+  // the dense layer's GEMMs with their bias (the Target's GEMM workspace, if it has one)
+  static void linear_forward(float*, const float*, const float*, const float*, std::int64_t rows,
+                             std::int64_t in, std::int64_t out) {
+    if constexpr (detail::has_linear_scratch<Target>::value) {
+      const Scratch s(Target::linear_forward_scratch(rows, in, out));
+    }
+  }
+  static void linear_backward_weight(float*, float*, const float*, const float*, std::int64_t rows,
+                                     std::int64_t in, std::int64_t out, float) {
+    if constexpr (detail::has_linear_scratch<Target>::value) {
+      const Scratch s(Target::linear_backward_weight_scratch(rows, in, out));
+    }
+  }
 
   // ---- pointwise ------------------------------------------------------------------------
   static void add_into(float*, const float*, std::int64_t) {}
@@ -139,7 +158,7 @@ struct Meta {
   static void affine_forward(float*, const float*, std::int64_t, float, float) {}
   static void affine_backward(float*, const float*, std::int64_t, float) {}
   static void gelu_forward(float*, const float*, std::int64_t) {}
-  static void gelu_backward(float*, const float*, const float*, std::int64_t) {}
+  static void gelu_backward(float*, const float*, const float*, std::int64_t, bool = false) {}
   static void relu_forward(float*, const float*, std::int64_t) {}
   static void relu_backward(float*, const float*, const float*, std::int64_t) {}
   static void tanh_forward(float*, const float*, std::int64_t) {}
@@ -147,7 +166,7 @@ struct Meta {
   static void dropout_forward(float*, const float*, std::int64_t, float, std::uint64_t,
                               std::uint64_t) {}
   static void dropout_backward(float*, const float*, std::int64_t, float, std::uint64_t,
-                               std::uint64_t) {}
+                               std::uint64_t, bool = false) {}
   static void reduce_forward(float*, const float*, std::int64_t, std::int64_t, std::int64_t,
                              float) {}
   static void reduce_backward(float*, const float*, std::int64_t, std::int64_t, std::int64_t,
@@ -161,7 +180,7 @@ struct Meta {
                                  const float*, std::int64_t, std::int64_t, float) {}
   static void layer_norm_backward(float*, float*, float*, const float*, const float*,
                                   const float*, const float*, const float*, std::int64_t rows,
-                                  std::int64_t C) {
+                                  std::int64_t C, bool = false, bool = false, bool = false) {
     const Scratch s(Target::layer_norm_backward_scratch(rows, C));
   }
   static void softmax_forward(float*, const float*, std::int64_t, std::int64_t) {}
@@ -180,7 +199,8 @@ struct Meta {
   }
   static void attention_backward(const AttentionLayout& L, float*, float*, float*, const float*,
                                  const float*, const float*, const float*, const float*,
-                                 const float*, float, bool) {
+                                 const float*, float, bool, bool = false, bool = false,
+                                 bool = false) {
     const Scratch s(Target::attention_backward_scratch(L));
   }
   static void cross_entropy_forward(float*, float*, const float*, const std::int32_t*,
@@ -221,6 +241,7 @@ struct Meta {
     for (std::size_t k = 0; k < count; ++k) out[k] = 0.0;
   }
   static void scale(float*, std::int64_t, float) {}
+  static void scale_many(float* const*, const std::int64_t*, std::size_t, float) {}
 
  private:
   // A kernel's scratch: counted in the ledger (temporaries) and, with a ReservedModel, taken

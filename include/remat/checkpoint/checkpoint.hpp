@@ -203,7 +203,7 @@ struct CheckpointBody final : NodeBody<B> {
 
   void add_escaped_output(std::int64_t op) override { escaped_ops.push_back(op); }
 
-  void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
+  void backward(Tape<B>& tape, std::vector<Tensor<B>>& douts,
                 std::vector<Tensor<B>>& dinp) override {
     check_versions();
     const double t0 = seconds_now();
@@ -256,13 +256,15 @@ struct CheckpointBody final : NodeBody<B> {
 
     // Seed the replayed outputs with the gradients that reached the segment, then backprop.
     // douts has one gradient per distinct recorded output (out_slot), then one per escaped
-    // tensor adopted since (escaped_ops); pass-through outputs were not recorded.
-    const auto seed = [&](const Tensor<B>& r, const Tensor<B>& d) {
+    // tensor adopted since (escaped_ops); pass-through outputs were not recorded. A gradient
+    // is moved into its slot (the segment's node holds it no more), so the replayed op may
+    // pass it through as the plain run does (NOTE [fresh gradient buffers]).
+    const auto seed = [&](const Tensor<B>& r, Tensor<B>& d) {
       if (!r.requires_grad()) return;  // it depends on nothing that needs a gradient
       if (!r.is_leaf()) {
         Tensor<B>& slot = tape.grad_slots()[static_cast<std::size_t>(r.impl()->id)];
         if (!slot.defined())
-          slot = d;
+          slot = std::move(d);
         else
           B::add_into(slot.template data<float>(), d.template data<float>(), d.numel());
       } else {

@@ -14,6 +14,8 @@
 // first (NOTE [fresh gradient buffers] in core/tape.hpp; one fill launch less per buffer):
 //   template <class B> static void backward(const Saved<B>&, const Tensor<B>& dout,
 //       std::vector<Tensor<B>>& dinp, const std::vector<char>& fresh);  // fresh[i]: dinp[i] =
+// and, with it, `static int pass_through(const Saved<B>&)`: the input whose gradient is dout
+// unchanged (or -1); the tape may make dout that input's buffer (detail::passed_at).
 // `each` lets the node count the saved bytes exactly and mark them as activations.
 // Optionally, `static void save(Saved<B>&, const Tensor<B>& out, inputs..., attrs...)` fills
 // Saved from the output without computing: checkpoint policies can then keep the op's output
@@ -44,8 +46,19 @@ struct writes_fresh_grads<Op, B, std::void_t<decltype(Op::backward(
 
 /// Whether input i's gradient buffer is fresh: made for this node, no values yet.
 inline bool fresh_at(const std::vector<char>& fresh, std::size_t i) {
-  return i < fresh.size() && fresh[i] != 0;
+  return i < fresh.size() && fresh[i] == 1;
 }
+/// Whether input i's gradient buffer is the output's gradient, passed through (the op's
+/// pass_through input: it holds its gradient already, the op writes nothing there).
+inline bool passed_at(const std::vector<char>& fresh, std::size_t i) {
+  return i < fresh.size() && fresh[i] == 2;
+}
+// Does Op name an input whose gradient passes through (static int pass_through(const Saved&))?
+template <class Op, class B, class = void>
+struct has_pass_through : std::false_type {};
+template <class Op, class B>
+struct has_pass_through<Op, B, std::void_t<decltype(Op::pass_through(
+    std::declval<const typename Op::template Saved<B>&>()))>> : std::true_type {};
 
 template <class Op, class B>
 struct OpBody final : NodeBody<B> {
@@ -65,7 +78,11 @@ struct OpBody final : NodeBody<B> {
     });
   }
   bool writes_fresh() const override { return writes_fresh_grads<Op, B>::value; }
-  void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
+  int pass_through() const override {
+    if constexpr (has_pass_through<Op, B>::value) return Op::pass_through(saved);
+    return -1;
+  }
+  void backward(Tape<B>& tape, std::vector<Tensor<B>>& douts,
                 std::vector<Tensor<B>>& dinp) override {
     std::size_t k = 0;  // NOTE [version counter]: what was saved must not have been written since
     saved.each([&](const Tensor<B>& t) {

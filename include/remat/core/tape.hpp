@@ -56,13 +56,18 @@ struct NodeInput {
 template <class B>
 struct NodeBody {
   virtual ~NodeBody() = default;
-  /// douts: one per output (never undefined); dinp: one per input, undefined where no
-  /// gradient is needed, else a buffer to accumulate (+=) into.
-  virtual void backward(Tape<B>& tape, const std::vector<Tensor<B>>& douts,
+  /// douts: one per output (never undefined; the body may take them over: the tape drops them
+  /// after the call); dinp: one per input, undefined where no gradient is needed, else a
+  /// buffer to accumulate (+=) into.
+  virtual void backward(Tape<B>& tape, std::vector<Tensor<B>>& douts,
                         std::vector<Tensor<B>>& dinp) = 0;
   /// True when backward() writes (=) every gradient buffer that Tape::fresh_grads() marks,
   /// instead of adding into it (NOTE [fresh gradient buffers]); false: the tape zeroes them.
   virtual bool writes_fresh() const { return false; }
+  /// The input whose gradient is the output's gradient unchanged (a residual add's operand), or
+  /// -1. Its buffer may be the output's gradient itself, passed through (NOTE [fresh gradient
+  /// buffers]); only a node that writes_fresh() is asked.
+  virtual int pass_through() const { return -1; }
   std::size_t saved_bytes = 0;  // distinct bytes this node keeps alive for backward
   bool segment = false;         // a checkpoint segment: its replayed interior adds the gradients
   std::uint64_t frame_serial = 0;  // a segment: the serial of its first run's frame
@@ -548,15 +553,21 @@ class Tape {
       // the flags, e.g. linear's GEMMs with beta 0) gets them as they are; for any other the
       // tape zeroes them first, as before. One buffer behind two inputs of the node (x * x, an
       // alias of a parameter beside the parameter) is zeroed: both inputs add into it.
+      // Passed through: where such a node's input takes the output's gradient unchanged
+      // (pass_through(): a residual add), that input has no buffer yet, and nothing else holds
+      // the output's gradient, the gradient itself becomes the input's buffer: no copy, no new
+      // buffer. Its flag is 2 (it holds the gradient already; the op leaves it alone).
       dinp.clear();
       fresh_.clear();
-      for (const NodeInput<B>& in : node.inputs) {
+      const int passed = node.body->writes_fresh() ? pass_through_input(node, douts) : -1;
+      for (std::size_t i = 0; i < node.inputs.size(); ++i) {
         bool fresh = false;
-        dinp.push_back(grad_buffer(in, fresh));
-        fresh_.push_back(fresh ? 1 : 0);
+        if (static_cast<int>(i) == passed) grads_[static_cast<std::size_t>(node.inputs[i].id)] = douts[0];
+        dinp.push_back(grad_buffer(node.inputs[i], fresh));
+        fresh_.push_back(static_cast<int>(i) == passed ? 2 : fresh ? 1 : 0);
       }
       for (std::size_t i = 0; i < dinp.size(); ++i) {
-        if (!fresh_[i]) continue;
+        if (fresh_[i] != 1) continue;
         bool shared = !node.body->writes_fresh();
         for (std::size_t j = 0; j < dinp.size() && !shared; ++j)
           shared = j != i && dinp[j].defined() && dinp[j].storage() == dinp[i].storage();
@@ -569,7 +580,7 @@ class Tape {
         node.body->backward(*this, douts, dinp);
       } catch (...) {  // (an OutOfMemory mid-node) no buffer is left holding undefined values
         for (std::size_t i = 0; i < dinp.size(); ++i)
-          if (fresh_[i]) B::fill(dinp[i].template data<float>(), dinp[i].numel(), 0.0f);
+          if (fresh_[i] == 1) B::fill(dinp[i].template data<float>(), dinp[i].numel(), 0.0f);
         fresh_.clear();
         throw;
       }
@@ -627,6 +638,21 @@ class Tape {
     return in;
   }
 
+  /// The input of `node` that takes its output's gradient as its own buffer, or -1: the one
+  /// pass_through() names, when it is a recorded tensor with no gradient buffer yet, of the
+  /// output's shape, and the output's gradient is held by nothing but `douts`.
+  int pass_through_input(const Node<B>& node, const std::vector<Tensor<B>>& douts) const {
+    const int i = node.body->pass_through();
+    if (i < 0 || douts.size() != 1 || static_cast<std::size_t>(i) >= node.inputs.size()) return -1;
+    const NodeInput<B>& in = node.inputs[static_cast<std::size_t>(i)];
+    if (in.id < 0 || grads_[static_cast<std::size_t>(in.id)].defined()) return -1;
+    const Tensor<B>& g = douts[0];
+    if (!(in.shape == g.shape()) || in.dtype != g.dtype()) return -1;
+    if (g.impl_ptr().use_count() != 1 || g.storage().use_count() != 1) return -1;
+    for (std::size_t j = 0; j < node.inputs.size(); ++j)  // x + x: both add into one buffer
+      if (j != static_cast<std::size_t>(i) && node.inputs[j].id == in.id) return -1;
+    return i;
+  }
   /// The buffer input `in`'s gradient goes into; `fresh` when it was made now (no values yet).
   Tensor<B> grad_buffer(const NodeInput<B>& in, bool& fresh) {
     fresh = false;

@@ -28,9 +28,10 @@ struct GeluOp {
   template <class B>
   static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& x) { s.x = x; }
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
     B::gelu_backward(dinp[0].template data<float>(), s.x.template data<float>(),
-                     dout.template data<float>(), dout.numel());
+                     dout.template data<float>(), dout.numel(), detail::fresh_at(fresh, 0));
   }
 };
 

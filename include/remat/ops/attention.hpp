@@ -56,12 +56,14 @@ struct AttentionOp {
     return o;
   }
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
     auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
     B::attention_backward(s.L, ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
                           ptr(s.o), s.q.template data<float>(), s.k.template data<float>(),
                           s.v.template data<float>(), s.aux.template data<float>(), s.scale,
-                          s.causal);
+                          s.causal, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1),
+                          detail::fresh_at(fresh, 2));
   }
 };
 
@@ -109,13 +111,16 @@ struct SelfAttentionOp {
     return o;
   }
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  // dq, dk and dv tile dqkv whole: a fresh dqkv is written, not zeroed first
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {
     const std::int64_t C = s.L.H * s.L.D;
     const float* q = s.qkv.template data<float>();
     float* d = dinp[0].template data<float>();
+    const bool set = detail::fresh_at(fresh, 0);
     B::attention_backward(s.L, d, d + C, d + 2 * C, dout.template data<float>(),
                           s.o.defined() ? s.o.template data<float>() : nullptr, q, q + C, q + 2 * C,
-                          s.aux.template data<float>(), s.scale, s.causal);
+                          s.aux.template data<float>(), s.scale, s.causal, set, set, set);
   }
 };
 

@@ -36,9 +36,10 @@ struct DropoutOp {
     s.offset = x.tape().next_rng_offset(static_cast<std::uint64_t>(x.numel()));
   }
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
     B::dropout_backward(dinp[0].template data<float>(), dout.template data<float>(), dout.numel(),
-                        s.p, s.seed, s.offset);
+                        s.p, s.seed, s.offset, detail::fresh_at(fresh, 0));
   }
 };
 

@@ -161,14 +161,27 @@ struct BinaryOp {
       s.b = b;
     }
   }
+  // a + b, a - b: da = dy, so a's buffer may be dy itself (not broadcast); a + b's b likewise
+  template <class B>
+  static int pass_through(const Saved<B>& s) {
+    if (s.kind == math::BinaryKind::add || s.kind == math::BinaryKind::sub) {
+      if (!s.bc.a_bcast) return 0;
+      if (s.kind == math::BinaryKind::add && !s.bc.b_bcast) return 1;
+    }
+    return -1;
+  }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
     const float* g = dout.template data<float>();
     const float* a = s.a.defined() ? s.a.template data<float>() : g;  // g: never read
     const float* b = s.b.defined() ? s.b.template data<float>() : g;
-    float* da = dinp[0].defined() ? dinp[0].template data<float>() : nullptr;
-    float* db = dinp[1].defined() ? dinp[1].template data<float>() : nullptr;
+    auto out = [&](std::size_t i) {  // nothing to write where dout passed through
+      return dinp[i].defined() && !detail::passed_at(fresh, i) ? dinp[i].template data<float>()
+                                                               : nullptr;
+    };
+    float* da = out(0);
+    float* db = out(1);
     B::binary_backward(s.kind, da, db, g, a, b, s.bc.outer, s.bc.inner, s.bc.a_bcast,
                        s.bc.b_bcast, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1));
   }

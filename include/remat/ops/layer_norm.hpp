@@ -39,13 +39,16 @@ struct LayerNormOp {
     s.w = w;
     return y;
   }
+  // each fresh buffer written, not added into (NOTE [fresh gradient buffers])
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {
     auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
     B::layer_norm_backward(ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
                            s.x.template data<float>(), s.w.template data<float>(),
                            s.mean.template data<float>(), s.rstd.template data<float>(), s.rows,
-                           s.C);
+                           s.C, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1),
+                           detail::fresh_at(fresh, 2));
   }
 };
 

@@ -153,10 +153,8 @@ struct LinearOp {
                 ", expected [", w.size(1), "] to match weight ", w.shape().str());
     const std::int64_t in = w.size(0), out = w.size(1), rows = x.numel() / (in ? in : 1);
     auto y = detail::make_tensor<B>(&x.tape(), x.shape().with(-1, out));
-    float* yp = y.template data<float>();
-    B::broadcast_rows(yp, b.template data<float>(), rows, out);
-    B::gemm(false, false, rows, out, in, 1.0f, x.template data<float>(), in,
-            w.template data<float>(), out, 1.0f, yp, out);
+    B::linear_forward(y.template data<float>(), x.template data<float>(), w.template data<float>(),
+                      b.template data<float>(), rows, in, out);
     save(s, y, x, w, b);
     return y;
   }
@@ -170,7 +168,8 @@ struct LinearOp {
     if (x.requires_grad() || x.impl()->segment_grad) s.w = w;
   }
   // dx = dy W^T, dW = x^T dy, db = column sums of dy; each written, not added, into a fresh
-  // buffer (GEMM beta 0: NOTE [fresh gradient buffers])
+  // buffer (GEMM beta 0: NOTE [fresh gradient buffers]). A fresh db comes out of dW's GEMM
+  // (B::linear_backward_weight: one cuBLASLt call on the GPU); one that adds is summed apart.
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
@@ -178,9 +177,15 @@ struct LinearOp {
     if (dinp[0].defined())
       B::gemm(false, true, s.rows, s.in, s.out, 1.0f, dy, s.out, s.w.template data<float>(),
               s.out, detail::fresh_at(fresh, 0) ? 0.0f : 1.0f, dinp[0].template data<float>(), s.in);
+    const float beta_w = detail::fresh_at(fresh, 1) ? 0.0f : 1.0f;
+    if (dinp[1].defined() && dinp[2].defined() && detail::fresh_at(fresh, 2)) {
+      B::linear_backward_weight(dinp[1].template data<float>(), dinp[2].template data<float>(),
+                                s.x.template data<float>(), dy, s.rows, s.in, s.out, beta_w);
+      return;
+    }
     if (dinp[1].defined())
       B::gemm(true, false, s.in, s.out, s.rows, 1.0f, s.x.template data<float>(), s.in, dy, s.out,
-              detail::fresh_at(fresh, 1) ? 0.0f : 1.0f, dinp[1].template data<float>(), s.out);
+              beta_w, dinp[1].template data<float>(), s.out);
     if (dinp[2].defined())
       B::binary_backward(math::BinaryKind::add, nullptr, dinp[2].template data<float>(), dy, dy,
                          dy, s.rows, s.out, false, true, false, detail::fresh_at(fresh, 2));

@@ -4,6 +4,7 @@
 // cross-entropy and embedding. Shapes in comments; gradient outputs accumulate (+=).
 
 #include <algorithm>
+#include <utility>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -77,9 +78,11 @@ struct CpuNn {
   //   dx += rstd (g - mean(g) - xhat mean(g xhat)),  dw += sum_rows dy xhat,  db += sum_rows dy
   // dw and db sum per thread, then in thread order: deterministic for a fixed thread count.
   // Scratch per chunk: its dw and db rows, then its xhat and g rows (no heap behind the ledger).
+  // set_*: that buffer holds no values yet and is written (=), not added into.
   static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy,
                                   const float* x, const float* w, const float* mean,
-                                  const float* rstd, std::int64_t rows, std::int64_t C) {
+                                  const float* rstd, std::int64_t rows, std::int64_t C,
+                                  bool set_dx = false, bool set_dw = false, bool set_db = false) {
     const int T = layer_norm_chunks(rows);
     const Scratch<float> part(layer_norm_backward_scratch(rows, C) / sizeof(float));
     std::fill(part.data(), part.data() + 2 * T * C, 0.0f);
@@ -93,12 +96,15 @@ struct CpuNn {
         if (dx) {
           const float mg = g.sum() / static_cast<float>(C);
           const float mgx = (g * xhat).sum() / static_cast<float>(C);
-          Arr(dx + r * C, C) += rstd[r] * (g - mg - xhat * mgx);
+          if (set_dx) Arr(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
+          else Arr(dx + r * C, C) += rstd[r] * (g - mg - xhat * mgx);
         }
         pw += G * xhat;
         pb += G;
       }
     });
+    if (dw && set_dw) std::fill(dw, dw + C, 0.0f);  // C floats: the sum's first term
+    if (db && set_db) std::fill(db, db + C, 0.0f);
     for (int t = 0; t < T; ++t) {
       if (dw) Arr(dw, C) += CArr(part.data() + 2 * t * C, C);
       if (db) Arr(db, C) += CArr(part.data() + (2 * t + 1) * C, C);
@@ -200,10 +206,18 @@ struct CpuNn {
   // (in the same row blocks: entries of P past the causal limit are 0 and contribute nothing).
   // Fused: P's rows are first recomputed, P_ij = exp(scale q_i k_j - lse_i). dq, dk, dv use
   // q's layout; dout uses o's.
+  // set_q/k/v: that gradient holds no values yet; it is zeroed here, then added into (dk and
+  // dv sum over the row blocks)
   static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
                                  const float* dout, const float*, const float* q, const float* k,
-                                 const float* v, const float* aux, float scale, bool causal) {
+                                 const float* v, const float* aux, float scale, bool causal,
+                                 bool set_q = false, bool set_k = false, bool set_v = false) {
     const std::int64_t T = L.T, D = L.D;
+    for (auto [d, set] : {std::pair<float*, bool>{dq, set_q}, {dk, set_k}, {dv, set_v}})
+      if (d && set)
+        for (std::int64_t bh = 0; bh < L.B * L.H; ++bh)
+          for (std::int64_t t = 0; t < T; ++t)
+            std::fill_n(d + L.q_offset(bh) + t * L.q_row, D, 0.0f);
     const bool fused = attention_fused();
     const int chunks = num_chunks(L.B * L.H, 1);
     const Scratch<float> scratch(attention_backward_scratch(L) / sizeof(float));

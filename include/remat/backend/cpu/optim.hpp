@@ -75,6 +75,10 @@ struct CpuOptim {
       for (std::int64_t i = b; i < e; ++i) x[i] *= s;
     });
   }
+  /// scale() of every buffer xs[k] (ns[k] floats)
+  static void scale_many(float* const* xs, const std::int64_t* ns, std::size_t count, float s) {
+    for (std::size_t k = 0; k < count; ++k) scale(xs[k], ns[k], s);
+  }
 };
 
 }  // namespace cpu

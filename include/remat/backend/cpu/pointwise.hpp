@@ -115,9 +115,10 @@ struct CpuPointwise {
           0.5f * X * (1.0f + (math::kGeluK * (X + math::kGeluC * X.cube())).tanh());
     });
   }
-  // dx += dy (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)); as math::gelu_grad.
+  // dx += dy (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)); as math::gelu_grad (set: =).
   // t goes through a tile on the stack: no heap buffer behind the ledger's back.
-  static void gelu_backward(float* dx, const float* x, const float* dy, std::int64_t n) {
+  static void gelu_backward(float* dx, const float* x, const float* dy, std::int64_t n,
+                            bool set = false) {
     constexpr std::int64_t kTile = 1024;
     parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
       alignas(64) float tile[kTile];
@@ -126,10 +127,11 @@ struct CpuPointwise {
         ConstArrMap X(x + i, len);
         ArrMap t(tile, len);
         t = (math::kGeluK * (X + math::kGeluC * X.cube())).tanh();
-        ArrMap(dx + i, len) +=
-            ConstArrMap(dy + i, len) *
-            (0.5f * (1.0f + t) + 0.5f * X * (1.0f - t.square()) * math::kGeluK *
-                                     (1.0f + 3.0f * math::kGeluC * X.square()));
+        auto d = ConstArrMap(dy + i, len) *
+                 (0.5f * (1.0f + t) + 0.5f * X * (1.0f - t.square()) * math::kGeluK *
+                                          (1.0f + 3.0f * math::kGeluC * X.square()));
+        if (set) ArrMap(dx + i, len) = d;
+        else ArrMap(dx + i, len) += d;
       }
     });
   }
@@ -168,12 +170,16 @@ struct CpuPointwise {
         y[i] = rng::uniform(seed, offset, static_cast<std::uint64_t>(i)) >= p ? x[i] * scale : 0.0f;
     });
   }
+  // set: dx is written (its dropped elements 0), not added into
   static void dropout_backward(float* dx, const float* dy, std::int64_t n, float p,
-                               std::uint64_t seed, std::uint64_t offset) {
+                               std::uint64_t seed, std::uint64_t offset, bool set = false) {
     const float scale = 1.0f / (1.0f - p);
     parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i)
-        if (rng::uniform(seed, offset, static_cast<std::uint64_t>(i)) >= p) dx[i] += dy[i] * scale;
+      for (std::int64_t i = b; i < e; ++i) {
+        const bool kept = rng::uniform(seed, offset, static_cast<std::uint64_t>(i)) >= p;
+        if (set) dx[i] = kept ? dy[i] * scale : 0.0f;
+        else if (kept) dx[i] += dy[i] * scale;
+      }
     });
   }
 

@@ -1,7 +1,7 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // The CUDA toolkit, or its emulation on the host: the one place that chooses. With nvcc it
-// includes cuda_runtime.h and cublas_v2.h; with REMAT_CUDA_EMULATION defined (plain C++, no
+// includes cuda_runtime.h, cublas_v2.h and cublasLt.h; with REMAT_CUDA_EMULATION defined (plain C++, no
 // CUDA toolkit at all) the same kernels compile as host code and run on the CPU with CUDA's
 // execution model (backend/cuda/emulation/). The seams the kernels use:
 //   REMAT_CUDA_LAUNCH(kernel, grid, block, smem, stream, args...)   (launch.cuh: and checks)
@@ -10,6 +10,7 @@
 
 #if defined(REMAT_CUDA_EMULATION)
 #include "remat/backend/cuda/emulation/cublas.hpp"
+#include "remat/backend/cuda/emulation/cublaslt.hpp"
 #include "remat/backend/cuda/emulation/intrinsics.hpp"
 #include "remat/backend/cuda/emulation/runtime.hpp"
 #define REMAT_CUDA_LAUNCH_ONLY(kernel, grid, block, smem, stream, ...) \
@@ -17,6 +18,7 @@
 #define REMAT_UNROLL
 #define REMAT_DYNAMIC_SHARED(T, name) T* name = ::remat::cuda::emu::dynamic_shared<T>()
 #else
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #define REMAT_CUDA_LAUNCH_ONLY(kernel, grid, block, smem, stream, ...) \

@@ -1,11 +1,13 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// The CUDA backend's state: one stream and one cuBLAS handle bound to it, made on first use
-// (RAII, function-local static). fp32 GEMMs may use TF32 tensor cores (stated by describe()).
+// The CUDA backend's state: one stream, a cuBLAS handle bound to it and a cuBLASLt handle with
+// its cached GEMM plans (gemm_lt.cuh), made on first use (RAII, function-local static). fp32
+// GEMMs may use TF32 tensor cores (stated by describe()).
 
 #include <string>
 
 #include "remat/backend/cuda/error.cuh"
+#include "remat/backend/cuda/lt_plans.cuh"
 
 namespace remat {
 namespace cuda {
@@ -18,6 +20,8 @@ class Context {
   }
   cudaStream_t stream() const noexcept { return stream_; }
   cublasHandle_t cublas() const noexcept { return cublas_; }
+  cublasLtHandle_t lt() const noexcept { return lt_; }
+  LtPlans& lt_plans() noexcept { return lt_plans_; }
   bool tf32() const noexcept { return tf32_; }
   /// TF32 for fp32 GEMMs on (the default) or off (exact fp32, slower).
   void set_tf32(bool on) {
@@ -27,6 +31,8 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
   ~Context() {
+    lt_plans_.clear();
+    if (lt_) cublasLtDestroy(lt_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -36,10 +42,13 @@ class Context {
     REMAT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     REMAT_CUBLAS_CHECK(cublasCreate(&cublas_));
     REMAT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    REMAT_CUBLAS_CHECK(cublasLtCreate(&lt_));
     set_tf32(true);
   }
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  LtPlans lt_plans_;
   bool tf32_ = true;
 };
 

@@ -8,7 +8,8 @@
 //       s = scale q_i.k_j;  m' = max(m, s);  l = l e^(m - m') + e^(s - m');
 //       o = o e^(m - m') + e^(s - m') v_j;   finally o /= l, lse_i = m + log l
 //   backward:  Dlt_i = dO_i . O_i;  p_ij = e^(s_ij - lse_i);  dp_ij = dO_i . v_j;
-//       ds_ij = p_ij (dp_ij - Dlt_i);  dq_i += scale sum_j ds_ij k_j  (a warp per query row)
+//       ds_ij = p_ij (dp_ij - Dlt_i);  dq_i += scale sum_j ds_ij k_j  (a warp per query row,
+//       which also keeps Dlt_i for the next kernel: two launches in all)
 //       dk_j += scale sum_i ds_ij q_i;  dv_j += sum_i p_ij dO_i      (a warp per key row)
 //
 // NOTE [tiled attention]: a block takes kFlashWarps consecutive rows of one (batch, head), a
@@ -126,24 +127,13 @@ REMAT_UNROLL
   }
   if (lane == 0) lse[bh * L.T + i] = m + logf(l);
 }
-// Dlt_i = dO_i . O_i  (both in the output's layout); a warp per row, no tiles (nothing shared)
+// Dlt_i = dO_i . O_i (both in the output's layout), kept in `delta` for flash_dkdv_kernel;
+// then dq_i (+)= scale sum_{j visible to i} ds_ij k_j (keys and values in tiles, as in
+// forward). dq null: Dlt only. set: dq is written, not added into.
 template <int = 0>
-__global__ void flash_delta_kernel(AttentionLayout L, float* delta, const float* o, const float* dout) {
-  const int lane = threadIdx.x % 32;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kFlashWarps + threadIdx.x / 32;
-  if (row >= L.B * L.H * L.T) return;
-  const std::int64_t bh = row / L.T, i = row % L.T;
-  const std::int64_t off = L.o_offset(bh) + i * L.o_row;
-  float g[kFlashPerLane];
-  load_row(g, dout + off, lane, L.D);
-  const float s = dot_row(g, o + off, lane, L.D);
-  if (lane == 0) delta[row] = s;
-}
-// dq_i += scale sum_{j visible to i} ds_ij k_j   (keys and values in tiles, as in forward)
-template <int = 0>
-__global__ void flash_dq_kernel(AttentionLayout L, float* dq, const float* dout, const float* q,
-                                const float* k, const float* v, const float* lse, const float* delta,
-                                float scale, bool causal) {
+__global__ void flash_dq_kernel(AttentionLayout L, float* dq, float* delta, const float* dout,
+                                const float* o, const float* q, const float* k, const float* v,
+                                const float* lse, float scale, bool causal, bool set) {
   __shared__ float ks[kFlashTile * kFlashMaxD], vs[kFlashTile * kFlashMaxD];
   const int lane = threadIdx.x % 32;
   std::int64_t bh = 0, i0 = 0;
@@ -158,8 +148,10 @@ __global__ void flash_dq_kernel(AttentionLayout L, float* dq, const float* dout,
     load_row(qi, q + qo + i * L.q_row, lane, L.D);
     load_row(gi, dout + L.o_offset(bh) + i * L.o_row, lane, L.D);
     li = lse[bh * L.T + i];
-    di = delta[bh * L.T + i];
+    di = dot_row(gi, o + L.o_offset(bh) + i * L.o_row, lane, L.D);
+    if (lane == 0) delta[bh * L.T + i] = di;
   }
+  if (!dq) return;  // the same for the whole block: no barrier is left waiting
   for (std::int64_t j0 = 0; j0 < block_keys; j0 += kFlashTile) {
     const std::int64_t mine = load_kv_tiles(ks, vs, k, v, L, qo, j0, block_keys, keys);
     for (std::int64_t jj = 0; jj < mine; ++jj) {
@@ -179,15 +171,17 @@ REMAT_UNROLL
 REMAT_UNROLL
   for (int kk = 0; kk < kFlashPerLane; ++kk) {
     const std::int64_t d = lane + 32 * kk;
-    if (d < L.D) dqi[d] += scale * acc[kk];
+    if (d < L.D) dqi[d] = set ? scale * acc[kk] : dqi[d] + scale * acc[kk];
   }
 }
 // dk_j += scale sum_{i that see j} ds_ij q_i;  dv_j += sum_i p_ij dO_i
-// (a warp per key row; query rows, their output gradients, lse and delta in tiles)
+// (a warp per key row; query rows, their output gradients, lse and delta in tiles; set_k,
+// set_v: written, not added into)
 template <int = 0>
 __global__ void flash_dkdv_kernel(AttentionLayout L, float* dk, float* dv, const float* dout,
                                   const float* q, const float* k, const float* v, const float* lse,
-                                  const float* delta, float scale, bool causal) {
+                                  const float* delta, float scale, bool causal, bool set_k,
+                                  bool set_v) {
   __shared__ float qs[kFlashTile * kFlashMaxD], gs[kFlashTile * kFlashMaxD];
   __shared__ float ls[kFlashTile], dls[kFlashTile];
   const int lane = threadIdx.x % 32;
@@ -232,8 +226,9 @@ REMAT_UNROLL
   for (int kk = 0; kk < kFlashPerLane; ++kk) {
     const std::int64_t d = lane + 32 * kk;
     if (d < L.D) {
-      if (dk) dk[qo + j * L.q_row + d] += scale * ak[kk];
-      if (dv) dv[qo + j * L.q_row + d] += av[kk];
+      const std::int64_t at = qo + j * L.q_row + d;
+      if (dk) dk[at] = set_k ? scale * ak[kk] : dk[at] + scale * ak[kk];
+      if (dv) dv[at] = set_v ? av[kk] : dv[at] + av[kk];
     }
   }
 }

@@ -1,7 +1,9 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // GEMM on row-major buffers through cuBLAS (column-major): a row-major C = op(A) op(B) is the
-// column-major C^T = op(B)^T op(A)^T, so the operands swap places and keep their flags.
+// column-major C^T = op(B)^T op(A)^T, so the operands swap places and keep their flags. GEMMs
+// with an epilogue (a bias added, a bias gradient summed) go through cuBLASLt, column-major as
+// it is (the caller maps its row-major operands: linear.cuh).
 
 #include <cstdint>
 
@@ -23,6 +25,38 @@ struct CudaGemm {
                                    static_cast<int>(M), static_cast<int>(K), &alpha, b,
                                    static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c,
                                    static_cast<int>(ldc)));
+  }
+  /// Column-major D (m, n) = op(A) op(B) + beta D through cuBLASLt with an epilogue: BIAS adds
+  /// bias (m) to every column; BGRADA writes bias (m) = the row sums of op(A) over k, BGRADB
+  /// bias (n) = the column sums of op(B) over k. `workspace` (device, `ws` bytes: the caller's
+  /// Scratch, so the ledger counts it) is all the algorithm may use. Returns false, having run
+  /// nothing, where cuBLASLt has no algorithm for this shape and epilogue (the plan remembers).
+  static bool gemm_epilogue(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                            const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+                            float beta, float* D, std::int64_t ldd, cublasLtEpilogue_t epilogue,
+                            float* bias, void* workspace, std::size_t ws) {
+    auto& ctx = Context::get();
+    LtKey key;
+    key.ta = ta;
+    key.tb = tb;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldd = ldd;
+    key.epilogue = epilogue;
+    key.tf32 = ctx.tf32();
+    key.workspace = ws;
+    LtPlan& plan = ctx.lt_plans().get(ctx.lt(), key);
+    if (!plan.found) return false;
+    REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias, sizeof bias));
+    const float alpha = 1.0f;
+    device_counters().gemms.fetch_add(1, std::memory_order_relaxed);
+    REMAT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D,
+                                      plan.d, D, plan.d, &plan.algo, workspace, ws, ctx.stream()));
+    return true;
   }
   /// `batch` GEMMs at strides sa, sb, sc. A shared C (sc == 0, a gradient summed over the
   /// batch) runs as a sequence on the stream, which orders the accumulation.

@@ -60,24 +60,64 @@ __global__ void layer_norm_forward_kernel(float* y, float* mean, float* rstd, co
     rstd[blockIdx.x] = r;
   }
 }
-// dx += rstd (g - mean(g) - xhat mean(g xhat)),  g = dy w
+// NOTE [layer norm backward]
+// Two launches whatever the rows (was five: dx, then two column sums of two kernels each).
+// - layer_norm_backward_kernel: block b takes the rows [rows b / K, rows (b+1) / K) of
+//   K = kLayerNormChunks, in order. Per row: dx = rstd (g - mean(g) - xhat mean(g xhat)),
+//   g = dy w (written or added: set_dx); and the chunk's partial sums of dw (dy xhat) and db
+//   (dy), each column owned by one thread, in its row of the scratch.
+// - layer_norm_finish_kernel: dw and db = the K partial rows summed in chunk order.
+// Each sum has a fixed order whatever the schedule: deterministic, no atomics.
 template <int = 0>
-__global__ void layer_norm_dx_kernel(float* dx, const float* dy, const float* x, const float* w,
-                                     const float* mean, const float* rstd, std::int64_t C) {
+__global__ void layer_norm_backward_kernel(float* dx, float* part_w, float* part_b,
+                                           const float* dy, const float* x, const float* w,
+                                           const float* mean, const float* rstd,
+                                           std::int64_t rows, std::int64_t C, bool set_dx) {
   __shared__ float sh[32];
-  const std::int64_t r = blockIdx.x;
-  const float m = mean[r], s = rstd[r];
-  const float *xr = x + r * C, *gr = dy + r * C;
-  float a = 0, bsum = 0;
+  const std::int64_t chunk = blockIdx.x;
+  const std::int64_t r0 = rows * chunk / gridDim.x, r1 = rows * (chunk + 1) / gridDim.x;
+  float* pw = part_w ? part_w + chunk * C : nullptr;
+  float* pb = part_b ? part_b + chunk * C : nullptr;
   for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-    const float g = gr[i] * w[i];
-    a += g;
-    bsum += g * (xr[i] - m) * s;
+    if (pw) pw[i] = 0.0f;
+    if (pb) pb[i] = 0.0f;
   }
-  const float mg = block_reduce<false>(a, sh) / static_cast<float>(C);
-  const float mgx = block_reduce<false>(bsum, sh) / static_cast<float>(C);
-  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x)
-    dx[r * C + i] += s * (gr[i] * w[i] - mg - (xr[i] - m) * s * mgx);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const float m = mean[r], s = rstd[r];
+    const float *xr = x + r * C, *gr = dy + r * C;
+    if (dx) {  // the same branch for the whole block (block_reduce synchronizes it)
+      float a = 0, bsum = 0;
+      for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+        const float g = gr[i] * w[i];
+        a += g;
+        bsum += g * (xr[i] - m) * s;
+      }
+      const float mg = block_reduce<false>(a, sh) / static_cast<float>(C);
+      const float mgx = block_reduce<false>(bsum, sh) / static_cast<float>(C);
+      for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+        const float d = s * (gr[i] * w[i] - mg - (xr[i] - m) * s * mgx);
+        dx[r * C + i] = set_dx ? d : dx[r * C + i] + d;
+      }
+    }
+    for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+      if (pw) pw[i] += gr[i] * (xr[i] - m) * s;
+      if (pb) pb[i] += gr[i];
+    }
+  }
+}
+template <int = 0>
+__global__ void layer_norm_finish_kernel(float* dw, float* db, const float* part_w,
+                                         const float* part_b, std::int64_t C, bool set_dw,
+                                         bool set_db) {
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (int k = 0; k < kLayerNormChunks; ++k) {
+    if (dw) sw += part_w[k * C + c];
+    if (db) sb += part_b[k * C + c];
+  }
+  if (dw) dw[c] = set_dw ? sw : dw[c] + sw;
+  if (db) db[c] = set_db ? sb : db[c] + sb;
 }
 // y[0:valid] = softmax(scale x[0:valid]), y[valid:C] = 0; valid = row % T + 1 when causal
 template <int = 0>
@@ -249,22 +289,26 @@ struct CudaNn {
     REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<>, static_cast<unsigned>(rows), kRowThreads, 0, s(),
                       y, mean, rstd, x, w, b, C, eps);
   }
+  // set_*: that buffer holds no values yet and is written, not added into (NOTE [fresh
+  // gradient buffers]); NOTE [layer norm backward] for the two launches
   static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                                   const float* w, const float* mean, const float* rstd,
-                                  std::int64_t rows, std::int64_t C) {
-    if (rows == 0) return;
-    if (dx) REMAT_CUDA_LAUNCH(layer_norm_dx_kernel<>, static_cast<unsigned>(rows),
-                      kRowThreads, 0, s(),
-                      dx, dy, x, w, mean, rstd, C);
+                                  std::int64_t rows, std::int64_t C, bool set_dx = false,
+                                  bool set_dw = false, bool set_db = false) {
+    if (rows == 0 || C == 0) {  // empty sums: a written dw or db is zero
+      if (dw && set_dw) CudaMemory::fill(dw, C, 0.0f);
+      if (db && set_db) CudaMemory::fill(db, C, 0.0f);
+      return;
+    }
     const Scratch scratch(CudaSizes::layer_norm_backward_scratch(rows, C));
-    ColumnTerm t;
-    t.g = dy;
-    if (db) column_sum(db, t, rows, C, scratch.as<float>());
-    t.kind = ColumnTerm::layer_norm_w;
-    t.x = x;
-    t.mean = mean;
-    t.rstd = rstd;
-    if (dw) column_sum(dw, t, rows, C, scratch.as<float>());
+    float* part_w = dw ? scratch.as<float>() : nullptr;
+    float* part_b = db ? scratch.as<float>() + kLayerNormChunks * C : nullptr;
+    REMAT_CUDA_LAUNCH(layer_norm_backward_kernel<>, static_cast<unsigned>(kLayerNormChunks),
+                      kRowThreads, 0, s(), dx, part_w, part_b, dy, x, w, mean, rstd, rows, C,
+                      set_dx);
+    if (dw || db)
+      REMAT_CUDA_LAUNCH(layer_norm_finish_kernel<>, static_cast<unsigned>((C + 127) / 128), 128, 0,
+                        s(), dw, db, part_w, part_b, C, set_dw, set_db);
   }
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
@@ -376,20 +420,20 @@ struct CudaNn {
                              o + oo, L.o_row, L.o_head, L.H);
     }
   }
+  // set_q/k/v: that gradient holds no values yet and is written, not added into
   static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
                                  const float* dout, const float* o, const float* q, const float* k,
-                                 const float* v, const float* p, float scale, bool causal) {
+                                 const float* v, const float* p, float scale, bool causal,
+                                 bool set_q = false, bool set_k = false, bool set_v = false) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
     if (CudaSizes::flash(D)) {
-      const std::int64_t rows = L.B * L.H * T;
-      const unsigned row_blocks = static_cast<unsigned>((rows + kFlashWarps - 1) / kFlashWarps);
-      const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // rows floats
+      const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // B H T floats: delta
       float* delta = scratch.as<float>();
-      REMAT_CUDA_LAUNCH(flash_delta_kernel<>, row_blocks, 32 * kFlashWarps, 0, s(), L, delta, o, dout);
-      if (dq) REMAT_CUDA_LAUNCH(flash_dq_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
-                        L, dq, dout, q, k, v, p, delta, scale, causal);
+      if (!dq && !dk && !dv) return;
+      REMAT_CUDA_LAUNCH(flash_dq_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
+                        L, dq, delta, dout, o, q, k, v, p, scale, causal, set_q);
       if (dk || dv) REMAT_CUDA_LAUNCH(flash_dkdv_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
-                        L, dk, dv, dout, q, k, v, p, delta, scale, causal);
+                        L, dk, dv, dout, q, k, v, p, delta, scale, causal, set_k, set_v);
       return;
     }
     const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // H T T floats
@@ -399,7 +443,7 @@ struct CudaNn {
       const float* P = p + b * L.H * TT;
       if (dv)
         CudaGemm::gemm_batched(true, false, T, D, T, 1.0f, P, T, TT, dout + oo, L.o_row, L.o_head,
-                               1.0f, dv + qo, L.q_row, L.q_head, L.H);
+                               set_v ? 0.0f : 1.0f, dv + qo, L.q_row, L.q_head, L.H);
       if (!dq && !dk) continue;
       CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, dout + oo, L.o_row, L.o_head, v + qo,
                              L.q_row, L.q_head, 0.0f, ds, T, TT, L.H);
@@ -408,10 +452,10 @@ struct CudaNn {
                         ds, P, ds, T, true);
       if (dq)
         CudaGemm::gemm_batched(false, false, T, D, T, scale, ds, T, TT, k + qo, L.q_row, L.q_head,
-                               1.0f, dq + qo, L.q_row, L.q_head, L.H);
+                               set_q ? 0.0f : 1.0f, dq + qo, L.q_row, L.q_head, L.H);
       if (dk)
         CudaGemm::gemm_batched(true, false, T, D, T, scale, ds, T, TT, q + qo, L.q_row, L.q_head,
-                               1.0f, dk + qo, L.q_row, L.q_head, L.H);
+                               set_k ? 0.0f : 1.0f, dk + qo, L.q_row, L.q_head, L.H);
     }
   }
 };

@@ -95,12 +95,13 @@ __global__ void sgd_list_kernel(UpdateList a, float lr, float mu, float wd, bool
     sgd_element(s.p[i], s.g[i], s.m ? s.m + i : nullptr, lr, mu, wd, nesterov, s.first);
 }
 // partial[b] = sum of x^2 over block b's grid-stride elements
-template <int = 0>
-__global__ void sum_squares_kernel(double* partial, const float* x, std::int64_t n) {
-  __shared__ double sh[256];
+// Block `j` of `blocks` (256 threads) sums x^2 over its grid-stride share of x in double:
+// *out. One order per (j, blocks), whichever kernel runs it.
+__device__ inline void sum_squares_block(double* out, const float* x, std::int64_t n,
+                                         std::int64_t j, std::int64_t blocks, double* sh) {
   double s = 0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+  for (std::int64_t i = j * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += blocks * blockDim.x)
     s += static_cast<double>(x[i]) * x[i];
   sh[threadIdx.x] = s;
   __syncthreads();
@@ -108,7 +109,27 @@ __global__ void sum_squares_kernel(double* partial, const float* x, std::int64_t
     if (threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
     __syncthreads();
   }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+  if (threadIdx.x == 0) *out = sh[0];
+}
+template <int = 0>
+__global__ void sum_squares_kernel(double* partial, const float* x, std::int64_t n) {
+  __shared__ double sh[256];
+  sum_squares_block(partial + blockIdx.x, x, n, blockIdx.x, gridDim.x, sh);
+}
+// Up to kListTensors buffers in one launch, kSumSquaresBlocks blocks each: buffer k's partial
+// sums go to its row of `partial`, the same bits as sum_squares_kernel's (one launch each).
+struct SquaresList {
+  const float* x[kListTensors];
+  std::int64_t n[kListTensors];
+  std::int64_t row[kListTensors];
+  int count;
+};
+template <int = 0>
+__global__ void sum_squares_list_kernel(double* partial, SquaresList l) {
+  __shared__ double sh[256];
+  const std::int64_t k = blockIdx.x / kSumSquaresBlocks, j = blockIdx.x % kSumSquaresBlocks;
+  sum_squares_block(partial + l.row[k] * kSumSquaresBlocks + j, l.x[k], l.n[k], j,
+                    kSumSquaresBlocks, sh);
 }
 // out[k] = the sum of row k of partial (kSumSquaresBlocks each), in order from 0: the bits of
 // the host's loop over the row
@@ -125,6 +146,15 @@ __global__ void scale_kernel(float* x, std::int64_t n, float s) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     x[i] *= s;
+}
+// x *= s over each slice's buffer p, kListTensors buffers per launch (clipping's factor)
+template <int = 0>
+__global__ void scale_list_kernel(UpdateList a, float s) {
+  int k;
+  std::int64_t begin, end;
+  list_chunk(a, &k, &begin, &end);
+  float* x = a.t[k].p;
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] *= s;
 }
 
 struct CudaOptim {
@@ -191,8 +221,9 @@ struct CudaOptim {
     return s;
   }
   /// out[k] = sum_squares(xs[k], ns[k]), bit for bit, with one copy to the host per round of
-  /// up to kSumSquaresChunk buffers (NOTE [host round trips]): a launch per buffer into its own
-  /// row of partial sums, the rows summed on the device in the host's order.
+  /// up to kSumSquaresChunk buffers (NOTE [host round trips]): each buffer's partial sums into
+  /// its own row (kListTensors buffers per launch), the rows summed on the device in the
+  /// host's order.
   static void sum_squares_many(double* out, const float* const* xs, const std::int64_t* ns,
                                std::size_t count) {
     if (count == 0) return;
@@ -203,12 +234,22 @@ struct CudaOptim {
     for (std::size_t at = 0; at < count; at += kSumSquaresChunk) {
       const std::size_t n = std::min(count - at, kSumSquaresChunk);
       bool any = false;
-      for (std::size_t k = 0; k < n; ++k) {
+      SquaresList l{};
+      auto flush = [&] {
+        if (l.count == 0) return;
+        REMAT_CUDA_LAUNCH(sum_squares_list_kernel<>, static_cast<unsigned>(l.count) * kBlocks, 256,
+                          0, Context::get().stream(), partial, l);
+        l = SquaresList{};
+      };
+      for (std::size_t k = 0; k < n; ++k) {  // kListTensors buffers per launch
         if (ns[at + k] == 0) continue;
-        REMAT_CUDA_LAUNCH(sum_squares_kernel<>, kBlocks, 256, 0, Context::get().stream(),
-                          partial + k * kBlocks, xs[at + k], ns[at + k]);
+        l.x[l.count] = xs[at + k];
+        l.n[l.count] = ns[at + k];
+        l.row[l.count] = static_cast<std::int64_t>(k);
+        if (++l.count == kListTensors) flush();
         any = true;
       }
+      flush();
       if (any) {
         REMAT_CUDA_LAUNCH(sum_rows_kernel<>, static_cast<unsigned>((n + 255) / 256), 256, 0,
                           Context::get().stream(), totals, partial, static_cast<std::int64_t>(n));
@@ -221,6 +262,17 @@ struct CudaOptim {
   static void scale(float* x, std::int64_t n, float s) {
     if (n == 0) return;
     REMAT_CUDA_LAUNCH(scale_kernel<>, grid_for(n), 256, 0, Context::get().stream(), x, n, s);
+  }
+  /// scale() of every buffer xs[k] (ns[k] floats), kListTensors per launch
+  static void scale_many(float* const* xs, const std::int64_t* ns, std::size_t count, float s) {
+    std::vector<UpdateSlice> slices(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      slices[k].p = xs[k];
+      slices[k].n = ns[k];
+    }
+    for_lists(slices.data(), count, [&](const UpdateList& a, unsigned blocks) {
+      REMAT_CUDA_LAUNCH(scale_list_kernel<>, blocks, 256, 0, Context::get().stream(), a, s);
+    });
   }
 };
 

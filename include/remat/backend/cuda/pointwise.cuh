@@ -53,8 +53,12 @@ __global__ void gelu_forward_kernel(float* y, const float* x, std::int64_t n) {
   REMAT_GRID_STRIDE(i, n) y[i] = math::gelu(x[i]);
 }
 template <int = 0>
-__global__ void gelu_backward_kernel(float* dx, const float* x, const float* dy, std::int64_t n) {
-  REMAT_GRID_STRIDE(i, n) dx[i] += dy[i] * math::gelu_grad(x[i]);
+__global__ void gelu_backward_kernel(float* dx, const float* x, const float* dy, std::int64_t n,
+                                     bool set) {
+  REMAT_GRID_STRIDE(i, n) {
+    const float d = dy[i] * math::gelu_grad(x[i]);
+    dx[i] = set ? d : dx[i] + d;
+  }
 }
 template <int = 0>
 __global__ void relu_forward_kernel(float* y, const float* x, std::int64_t n) {
@@ -139,9 +143,10 @@ struct CudaPointwise {
     if (n == 0) return;
     REMAT_CUDA_LAUNCH(gelu_forward_kernel<>, grid_for(n), 256, 0, s(), y, x, n);
   }
-  static void gelu_backward(float* dx, const float* x, const float* dy, std::int64_t n) {
+  static void gelu_backward(float* dx, const float* x, const float* dy, std::int64_t n,
+                            bool set = false) {
     if (n == 0) return;
-    REMAT_CUDA_LAUNCH(gelu_backward_kernel<>, grid_for(n), 256, 0, s(), dx, x, dy, n);
+    REMAT_CUDA_LAUNCH(gelu_backward_kernel<>, grid_for(n), 256, 0, s(), dx, x, dy, n, set);
   }
   static void relu_forward(float* y, const float* x, std::int64_t n) {
     if (n == 0) return;
@@ -165,9 +170,9 @@ struct CudaPointwise {
     REMAT_CUDA_LAUNCH(dropout_kernel<>, grid_for(n), 256, 0, s(), y, x, n, p, seed, offset, false);
   }
   static void dropout_backward(float* dx, const float* dy, std::int64_t n, float p,
-                               std::uint64_t seed, std::uint64_t offset) {
+                               std::uint64_t seed, std::uint64_t offset, bool set = false) {
     if (n == 0) return;
-    REMAT_CUDA_LAUNCH(dropout_kernel<>, grid_for(n), 256, 0, s(), dx, dy, n, p, seed, offset, true);
+    REMAT_CUDA_LAUNCH(dropout_kernel<>, grid_for(n), 256, 0, s(), dx, dy, n, p, seed, offset, !set);
   }
 };
 

@@ -16,9 +16,11 @@ namespace remat {
 namespace cuda {
 
 constexpr int kColumnChunks = 64;   // row chunks of a deterministic column sum (colsum.cuh)
+constexpr int kLayerNormChunks = 256;  // row chunks of layer norm's dw/db partial sums (nn.cuh)
 constexpr int kFlashMaxD = 128;     // the fused attention's largest head size (flash.cuh)
 constexpr int kSumSquaresBlocks = 64;  // partial sums of sum_squares (optim.cuh)
 constexpr std::size_t kSumSquaresChunk = 4096;  // buffers per round of sum_squares_many
+constexpr std::size_t kGemmWorkspaceMax = std::size_t(32) << 20;  // cuBLASLt's, at most (Hopper)
 
 /// Which attention the CUDA backend runs: fused (flash.cuh, memory linear in T; head sizes up
 /// to kFlashMaxD) or materialized (P (B H, T, T) kept, as on the CPU).
@@ -59,10 +61,29 @@ struct CudaSizes {
   static std::size_t column_sum_scratch(std::int64_t C) {
     return static_cast<std::size_t>(kColumnChunks * C) * sizeof(float);
   }
-  /// layer_norm_backward sums db, then dw, through one column-sum scratch (taken whenever
-  /// rows > 0, as on the CPU).
+  /// The workspace a cuBLASLt GEMM with an (m, n) output gets from the pool (gemm_lt.cuh):
+  /// room for k split in up to 4 parts, at most kGemmWorkspaceMax (NVIDIA's advice for Hopper).
+  static std::size_t gemm_workspace(std::int64_t m, std::int64_t n) {
+    const auto want = static_cast<std::size_t>(m * n) * 4 * sizeof(float);
+    return want < kGemmWorkspaceMax ? want : kGemmWorkspaceMax;
+  }
+  /// linear_forward: the workspace of its GEMM (output out x rows, column-major).
+  static std::size_t linear_forward_scratch(std::int64_t rows, std::int64_t, std::int64_t out) {
+    return rows * out == 0 ? 0 : gemm_workspace(out, rows);
+  }
+  /// linear_backward_weight: the workspace of the weight's GEMM (out x in), or, where cuBLASLt
+  /// has no bias-gradient epilogue for it, a column sum's scratch: whichever is larger, so the
+  /// ledger does not depend on cuBLASLt's answer.
+  static std::size_t linear_backward_weight_scratch(std::int64_t rows, std::int64_t in,
+                                                    std::int64_t out) {
+    if (rows * out == 0) return 0;
+    const std::size_t ws = in == 0 ? 0 : gemm_workspace(out, in), cs = column_sum_scratch(out);
+    return ws > cs ? ws : cs;
+  }
+  /// layer_norm_backward: a row of dw and a row of db partial sums per row chunk (taken
+  /// whenever rows > 0, as on the CPU).
   static std::size_t layer_norm_backward_scratch(std::int64_t rows, std::int64_t C) {
-    return rows == 0 ? 0 : column_sum_scratch(C);
+    return rows == 0 ? 0 : static_cast<std::size_t>(2 * kLayerNormChunks * C) * sizeof(float);
   }
   /// binary_backward column-sums the gradient of a broadcast operand (da, then db, through one
   /// scratch).

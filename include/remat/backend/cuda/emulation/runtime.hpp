@@ -96,6 +96,7 @@ struct Faults {
   bool stream_create_fails = false;     // cudaStreamCreate* returns cudaErrorUnknown
   long launch_fault_in = -1;            // this many launches run, then one "faults" on the device:
   cudaError_t launch_error = cudaErrorIllegalAddress;    // a sticky error at the next sync
+  bool lt_no_epilogue = false;          // cuBLASLt's heuristic finds no algorithm with an epilogue
 };
 
 /// The emulated device: allocations, the caching allocator's blocks (tracked for guards and

@@ -1,0 +1,33 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// The dense layer's two GEMMs with their bias, as one backend call each (the CUDA backend fuses
+// the bias into the GEMM, cuda/linear.cuh). On the CPU: the bias rows, then a GEMM that adds
+// into them; the weight's GEMM, then the bias gradient's serial column sums.
+
+#include <cstdint>
+
+#include "remat/backend/cpu/gemm.hpp"
+#include "remat/backend/cpu/pointwise.hpp"
+
+namespace remat {
+namespace cpu {
+
+struct CpuLinear {
+  /// y (rows, out) = x (rows, in) w (in, out) + bias (out); y's old values are not read.
+  static void linear_forward(float* y, const float* x, const float* w, const float* bias,
+                             std::int64_t rows, std::int64_t in, std::int64_t out) {
+    CpuPointwise::broadcast_rows(y, bias, rows, out);
+    CpuGemm::gemm(false, false, rows, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
+  }
+  /// dw (in, out) = x^T dy + beta_w dw; db (out) = column sums of dy (rows, out), written.
+  static void linear_backward_weight(float* dw, float* db, const float* x, const float* dy,
+                                     std::int64_t rows, std::int64_t in, std::int64_t out,
+                                     float beta_w) {
+    CpuGemm::gemm(true, false, in, out, rows, 1.0f, x, in, dy, out, beta_w, dw, out);
+    CpuPointwise::binary_backward(math::BinaryKind::add, nullptr, db, dy, dy, dy, rows, out,
+                                  false, true, false, true);
+  }
+};
+
+}  // namespace cpu
+}  // namespace remat

@@ -1,0 +1,240 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// The cuBLASLt subset remat calls, for the emulation build: fp32 matmul descriptors, column-major
+// layouts, a workspace preference, one heuristic answer, and cublasLtMatmul with the epilogues
+// remat uses (DEFAULT, BIAS, BGRADA, BGRADB). The checks are cuBLASLt's: layouts that match the
+// op flags and m, n, k, leading dimensions at least the stored rows, a workspace at least what
+// the chosen algorithm asked for, device pointers. D must be C (remat only multiplies in place).
+// With Faults::lt_no_epilogue the heuristic finds nothing for an epilogue, as a real cuBLASLt
+// may for a layout it does not support, so the caller's fallback is tested too.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "remat/backend/cuda/emulation/cublas.hpp"
+#include "remat/backend/cuda/emulation/runtime.hpp"
+
+enum cudaDataType_t { CUDA_R_32F = 0 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 };
+enum cublasLtMatmulDescAttributes_t {
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+};
+enum cublasLtEpilogue_t {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_BGRADA = 256,
+  CUBLASLT_EPILOGUE_BGRADB = 512,
+};
+enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
+
+struct cublasLtContext {};
+struct cublasLtMatmulDescOpaque_t {
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;
+};
+struct cublasLtMatrixLayoutOpaque_t {
+  std::uint64_t rows = 0, cols = 0;
+  std::int64_t ld = 0;
+};
+struct cublasLtMatmulPreferenceOpaque_t {
+  std::size_t max_workspace = 0;
+};
+typedef cublasLtContext* cublasLtHandle_t;
+typedef cublasLtMatmulDescOpaque_t* cublasLtMatmulDesc_t;
+typedef cublasLtMatrixLayoutOpaque_t* cublasLtMatrixLayout_t;
+typedef cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
+struct cublasLtMatmulAlgo_t {
+  std::uint64_t data[8] = {};  // data[0]: the workspace bytes this "algorithm" needs
+};
+struct cublasLtMatmulHeuristicResult_t {
+  cublasLtMatmulAlgo_t algo;
+  std::size_t workspaceSize = 0;
+  cublasStatus_t state = CUBLAS_STATUS_SUCCESS;
+  float wavesCount = 0;
+  int reserved[4] = {};
+};
+
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  if (remat::cuda::emu::device().faults().device_count == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *h = new cublasLtContext{};
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t c,
+                                               cudaDataType_t scale) {
+  if (scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *d = new cublasLtMatmulDescOpaque_t{};
+  (*d)->compute = c;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                                     cublasLtMatmulDescAttributes_t a,
+                                                     const void* buf, std::size_t size) {
+  if (!d || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      if (size != sizeof(std::int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      (a == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) =
+          static_cast<cublasOperation_t>(*static_cast<const std::int32_t*>(buf));
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      if (size != sizeof(std::uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      d->epilogue = static_cast<cublasLtEpilogue_t>(*static_cast<const std::uint32_t*>(buf));
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+      d->bias = *static_cast<void* const*>(buf);
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t t,
+                                                 std::uint64_t rows, std::uint64_t cols,
+                                                 std::int64_t ld) {
+  if (t != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (ld < static_cast<std::int64_t>(rows > 1 ? rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new cublasLtMatrixLayoutOpaque_t{rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = new cublasLtMatmulPreferenceOpaque_t{};
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                           cublasLtMatmulPreferenceAttributes_t a,
+                                                           const void* buf, std::size_t size) {
+  if (!p || !buf || a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(std::uint64_t))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  p->max_workspace = static_cast<std::size_t>(*static_cast<const std::uint64_t*>(buf));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace remat {
+namespace cuda {
+namespace emu {
+
+/// The (m, n, k) a descriptor and its A, B, C, D layouts describe, or false when they disagree.
+inline bool lt_shape(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpaque_t& A,
+                     const cublasLtMatrixLayoutOpaque_t& B, const cublasLtMatrixLayoutOpaque_t& C,
+                     const cublasLtMatrixLayoutOpaque_t& D, int& m, int& n, int& k) {
+  const bool tA = d.ta != CUBLAS_OP_N, tB = d.tb != CUBLAS_OP_N;
+  m = static_cast<int>(tA ? A.cols : A.rows);
+  k = static_cast<int>(tA ? A.rows : A.cols);
+  n = static_cast<int>(tB ? B.rows : B.cols);
+  const auto kb = static_cast<int>(tB ? B.cols : B.rows);
+  return kb == k && static_cast<int>(C.rows) == m && static_cast<int>(C.cols) == n &&
+         D.rows == C.rows && D.cols == C.cols && D.ld == C.ld;
+}
+
+/// What the emulated heuristic asks for: room for a split over k of up to 4 parts of the output.
+inline std::size_t lt_workspace_wanted(int m, int n) {
+  return static_cast<std::size_t>(m) * static_cast<std::size_t>(n) * 4 * sizeof(float);
+}
+
+}  // namespace emu
+}  // namespace cuda
+}  // namespace remat
+
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+    cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t p,
+    int requested, cublasLtMatmulHeuristicResult_t* results, int* returned) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!d || !A || !B || !C || !D || !p || requested < 1 || !results || !returned)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  int m = 0, n = 0, k = 0;
+  if (!remat::cuda::emu::lt_shape(*d, *A, *B, *C, *D, m, n, k)) return CUBLAS_STATUS_INVALID_VALUE;
+  *returned = 0;
+  if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+      remat::cuda::emu::device().faults().lt_no_epilogue)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const std::size_t wanted = remat::cuda::emu::lt_workspace_wanted(m, n);
+  results[0] = cublasLtMatmulHeuristicResult_t{};
+  results[0].workspaceSize = wanted < p->max_workspace ? wanted : p->max_workspace;
+  results[0].algo.data[0] = results[0].workspaceSize;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/// D = alpha op(A) op(B) + beta C with the epilogue, column-major (the cuBLAS reference GEMM
+/// of cublas.hpp does the product; the epilogue is applied here, in the order cuBLASLt
+/// documents: the bias added to the result; a bias gradient summed over k of A's rows (BGRADA)
+/// or of B's columns (BGRADB), stored, never accumulated).
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                     const void* alpha, const void* A, cublasLtMatrixLayout_t Ad,
+                                     const void* B, cublasLtMatrixLayout_t Bd, const void* beta,
+                                     const void* C, cublasLtMatrixLayout_t Cd, void* D,
+                                     cublasLtMatrixLayout_t Dd, const cublasLtMatmulAlgo_t* algo,
+                                     void* workspace, std::size_t workspace_bytes, cudaStream_t) {
+  using namespace remat::cuda::emu;
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!d || !Ad || !Bd || !Cd || !Dd || !algo || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+  int m = 0, n = 0, k = 0;
+  if (!lt_shape(*d, *Ad, *Bd, *Cd, *Dd, m, n, k) || C != D) return CUBLAS_STATUS_INVALID_VALUE;
+  if (workspace_bytes < algo->data[0]) return CUBLAS_STATUS_INVALID_VALUE;
+  auto& dev = device();
+  if (workspace_bytes > 0 && !dev.is_device(workspace, workspace_bytes))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  const bool bias_in = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const bool bias_out = d->epilogue == CUBLASLT_EPILOGUE_BGRADA || d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias_in && !bias_out)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const int bias_len = d->epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m;
+  if ((bias_in || bias_out) && !dev.is_device(d->bias, sizeof(float) * static_cast<std::size_t>(bias_len)))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  // The product, through the reference GEMM (its checks, TF32 rounding when asked for).
+  cublasContext ctx;
+  ctx.math = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  float* Dp = static_cast<float*>(D);
+  const float* Ap = static_cast<const float*>(A);
+  const float* Bp = static_cast<const float*>(B);
+  const cublasStatus_t st = sgemm_reference(
+      &ctx, d->ta, d->tb, m, n, k, static_cast<const float*>(alpha), Ap, static_cast<int>(Ad->ld),
+      0, Bp, static_cast<int>(Bd->ld), 0, static_cast<const float*>(beta), Dp,
+      static_cast<int>(Dd->ld), 0, 1);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  float* bias = static_cast<float*>(d->bias);
+  if (bias_in) {
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) Dp[i + static_cast<long long>(j) * Dd->ld] += bias[i];
+  } else if (bias_out) {  // sum over k, in order, in double
+    const bool on_a = d->epilogue == CUBLASLT_EPILOGUE_BGRADA;
+    const bool t = on_a ? d->ta != CUBLAS_OP_N : d->tb != CUBLAS_OP_N;
+    const float* X = on_a ? Ap : Bp;
+    const long long ld = on_a ? Ad->ld : Bd->ld;
+    for (int i = 0; i < bias_len; ++i) {
+      double s = 0;
+      for (int l = 0; l < k; ++l) {
+        // op(A)(i, l) or op(B)(l, i), in the stored column-major matrix
+        const long long r = on_a ? (t ? l : i) : (t ? i : l);
+        const long long c = on_a ? (t ? i : l) : (t ? l : i);
+        s += X[r + c * ld];
+      }
+      bias[i] = static_cast<float>(s);
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}

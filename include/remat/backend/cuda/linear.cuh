@@ -1,0 +1,57 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// The dense layer's GEMMs with their bias fused in (issue 25, item 2), through cuBLASLt:
+//   forward   y (rows, out) = x w + bias      one GEMM, epilogue BIAS (no broadcast kernel)
+//   backward  dw (in, out) = x^T dy (+ dw),   one GEMM, epilogue BGRADA: db = column sums of dy
+// Row-major to cuBLASLt's column-major: y^T (out, rows) = w^T x^T, so A = w (out x in, ld out),
+// B = x (in x rows, ld in), bias along D's rows; dw^T (out, in) = dy^T x, so A = dy (out x rows,
+// ld out) summed over k = rows for the bias gradient (BGRADA), B = x transposed.
+// Where cuBLASLt has no algorithm for a shape with its epilogue, the same results come from
+// broadcast_rows + cuBLAS, or cuBLAS + a deterministic column sum; the Scratch is the same size
+// either way (CudaSizes::linear_*_scratch), so the ledger and the estimator do not depend on it.
+
+#include <cstdint>
+
+#include "remat/backend/cuda/colsum.cuh"
+#include "remat/backend/cuda/gemm.cuh"
+#include "remat/backend/cuda/memory.cuh"
+#include "remat/backend/cuda/pointwise.cuh"
+#include "remat/backend/cuda/sizes.hpp"
+
+namespace remat {
+namespace cuda {
+
+struct CudaLinear {
+  /// y (rows, out) = x (rows, in) w (in, out) + bias (out); y's old values are not read.
+  static void linear_forward(float* y, const float* x, const float* w, const float* bias,
+                             std::int64_t rows, std::int64_t in, std::int64_t out) {
+    if (rows * out == 0) return;
+    const std::size_t ws = CudaSizes::linear_forward_scratch(rows, in, out);
+    const Scratch scratch(ws);
+    if (in > 0 && CudaGemm::gemm_epilogue(false, false, out, rows, in, w, out, x, in, 0.0f, y, out,
+                                          CUBLASLT_EPILOGUE_BIAS, const_cast<float*>(bias),
+                                          scratch.as<void>(), ws))
+      return;
+    CudaPointwise::broadcast_rows(y, bias, rows, out);
+    CudaGemm::gemm(false, false, rows, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
+  }
+  /// dw (in, out) = x^T dy + beta_w dw; db (out) = column sums of dy (rows, out), written.
+  static void linear_backward_weight(float* dw, float* db, const float* x, const float* dy,
+                                     std::int64_t rows, std::int64_t in, std::int64_t out,
+                                     float beta_w) {
+    if (out == 0) return;
+    const std::size_t bytes = CudaSizes::linear_backward_weight_scratch(rows, in, out);
+    const Scratch scratch(bytes);
+    if (rows > 0 && in > 0 &&
+        CudaGemm::gemm_epilogue(false, true, out, in, rows, dy, out, x, in, beta_w, dw, out,
+                                CUBLASLT_EPILOGUE_BGRADA, db, scratch.as<void>(), bytes))
+      return;
+    CudaGemm::gemm(true, false, in, out, rows, 1.0f, x, in, dy, out, beta_w, dw, out);
+    ColumnTerm t;
+    t.g = dy;
+    column_sum(db, t, rows, out, scratch.as<float>(), false);
+  }
+};
+
+}  // namespace cuda
+}  // namespace remat
