@@ -109,7 +109,8 @@ void test_gemm() {
 }
 
 // The dense layer's fused GEMMs (linear.cuh) against a host reference in double: y = x w + b
-// in one cuBLAS call and no kernel; dw (written, then added into) and db from one call. Under
+// in one cuBLAS call and no kernel; dw (written, then added into) and db from one call; x
+// aligned and not. Under
 // the emulation, cuBLASLt is also made to find no algorithm for an epilogue: the fallback
 // (broadcast_rows + GEMM, GEMM + column sum) gives the same results and costs its launches.
 void test_linear_epilogues() {
@@ -135,12 +136,17 @@ void test_linear_epilogues() {
       dw_ref[static_cast<std::size_t>(i * out + o)] = static_cast<float>(t);
     }
   }
-  auto run = [&](const char* how, std::int64_t want_launches) {
-    DeviceBuf dx(x), dwt(w), dbias(b), ddy(dy), y(std::vector<float>(y_ref.size(), NAN));
+  // offset: x starts that many floats into its buffer (a view): cuBLASLt's plan may not assume
+  // the 256-byte alignment it assumes by default
+  auto run = [&](const char* how, std::int64_t want_launches, std::size_t offset = 0) {
+    std::vector<float> xo(offset, 0.0f);
+    xo.insert(xo.end(), x.begin(), x.end());
+    DeviceBuf dxo(xo), dwt(w), dbias(b), ddy(dy), y(std::vector<float>(y_ref.size(), NAN));
+    float* const xp = dxo.p + offset;
     DeviceBuf dw(std::vector<float>(dw0.size(), NAN)), db(std::vector<float>(b.size(), NAN));
     const auto c0 = cuda::device_counters().now();
-    Cuda::linear_forward(y.p, dx.p, dwt.p, dbias.p, rows, in, out);
-    Cuda::linear_backward_weight(dw.p, db.p, dx.p, ddy.p, rows, in, out, 0.0f);
+    Cuda::linear_forward(y.p, xp, dwt.p, dbias.p, rows, in, out);
+    Cuda::linear_backward_weight(dw.p, db.p, xp, ddy.p, rows, in, out, 0.0f);
     const auto c1 = cuda::device_counters().now();
     const double ey = maxdiff(y.host(), y_ref), ew = maxdiff(dw.host(), dw_ref), eb = maxdiff(db.host(), db_ref);
     std::printf("  linear (%s): y %.1e, dw %.1e, db %.1e; %lld GEMMs, %lld launches\n", how, ey, ew,
@@ -154,13 +160,14 @@ void test_linear_epilogues() {
           double(c1.launches - c0.launches));
     // dw added into (beta 1): a second pass doubles it
     Cuda::copy_from_host(dw.p, dw0.data(), dw0.size() * 4);
-    Cuda::linear_backward_weight(dw.p, db.p, dx.p, ddy.p, rows, in, out, 1.0f);
+    Cuda::linear_backward_weight(dw.p, db.p, xp, ddy.p, rows, in, out, 1.0f);
     std::vector<float> acc = dw_ref;
     for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += dw0[i];
     check(maxdiff(dw.host(), acc) < 1e-4, "linear_backward_weight with beta 1 adds into dw",
           maxdiff(dw.host(), acc));
   };
   run("cuBLASLt epilogues", 0);
+  run("cuBLASLt epilogues, x 4 bytes past an alignment", 0, 1);
 #if defined(REMAT_CUDA_EMULATION)
   auto& ctx = cuda::Context::get();
   ctx.lt_plans().clear();  // plans remember cuBLASLt's answer: ask again

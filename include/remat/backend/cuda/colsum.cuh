@@ -4,7 +4,8 @@
 // Rows are cut into a fixed number of chunks; one thread sums a (chunk, column) pair in order,
 // then one thread per column adds the chunks in order. The same bits every run, and the whole
 // GPU busy (one thread per column alone leaves it idle on tall matrices: 8192 x 768 rows).
-// Terms: plain g; layer norm's dw term g (x - mean) rstd; a binary op's broadcast gradient.
+// Terms: plain g (a bias gradient where cuBLASLt has no epilogue); a binary op's broadcast
+// gradient. (Layer norm sums its own: NOTE [layer norm backward].)
 
 #include <cstdint>
 
@@ -17,12 +18,10 @@ namespace remat {
 namespace cuda {
 
 struct ColumnTerm {
-  enum Kind { plain, layer_norm_w, binary_a, binary_b } kind = plain;
+  enum Kind { plain, binary_a, binary_b } kind = plain;
   const float* g = nullptr;  // (rows, C)
-  const float* x = nullptr;  // layer norm input, or binary operand a
+  const float* x = nullptr;  // binary operand a
   const float* y = nullptr;  // binary operand b
-  const float* mean = nullptr;
-  const float* rstd = nullptr;
   math::BinaryKind op = math::BinaryKind::add;
   bool a_bc = false, b_bc = false;
 
@@ -30,7 +29,6 @@ struct ColumnTerm {
     const std::int64_t i = r * C + c;
     switch (kind) {
       case plain: return g[i];
-      case layer_norm_w: return g[i] * (x[i] - mean[r]) * rstd[r];
       case binary_a: return g[i] * math::binary_grad_a(op, x[a_bc ? c : i], y[b_bc ? c : i]);
       case binary_b: return g[i] * math::binary_grad_b(op, x[a_bc ? c : i], y[b_bc ? c : i]);
     }

@@ -5,6 +5,7 @@
 // with an epilogue (a bias added, a bias gradient summed) go through cuBLASLt, column-major as
 // it is (the caller maps its row-major operands: linear.cuh).
 
+#include <cstddef>
 #include <cstdint>
 
 #include "remat/backend/cuda/context.cuh"
@@ -36,18 +37,12 @@ struct CudaGemm {
                             float beta, float* D, std::int64_t ldd, cublasLtEpilogue_t epilogue,
                             float* bias, void* workspace, std::size_t ws) {
     auto& ctx = Context::get();
-    LtKey key;
-    key.ta = ta;
-    key.tb = tb;
-    key.m = m;
-    key.n = n;
-    key.k = k;
-    key.lda = lda;
-    key.ldb = ldb;
-    key.ldd = ldd;
-    key.epilogue = epilogue;
-    key.tf32 = ctx.tf32();
-    key.workspace = ws;
+    // the alignment the matrices share (a view may start anywhere): the plan's algorithm must
+    // not assume more (cuBLASLt's default is 256 bytes)
+    std::uint32_t align = 256;
+    for (const void* p : {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(D)})
+      while (reinterpret_cast<std::uintptr_t>(p) % align != 0) align /= 2;
+    const LtKey key{ta, tb, m, n, k, lda, ldb, ldd, epilogue, ctx.tf32(), ws, align};
     LtPlan& plan = ctx.lt_plans().get(ctx.lt(), key);
     if (!plan.found) return false;
     REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,

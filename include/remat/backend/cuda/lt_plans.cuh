@@ -23,7 +23,10 @@ struct LtKey {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   bool tf32 = true;
   std::size_t workspace = 0;  // the most the algorithm may use
-  auto tie() const { return std::tie(ta, tb, m, n, k, lda, ldb, ldd, epilogue, tf32, workspace); }
+  std::uint32_t align = 256;  // bytes every matrix pointer is aligned to (what it may assume)
+  auto tie() const {
+    return std::tie(ta, tb, m, n, k, lda, ldb, ldd, epilogue, tf32, workspace, align);
+  }
   bool operator==(const LtKey& o) const { return tie() == o.tie(); }
 };
 
@@ -72,6 +75,10 @@ class LtPlans {
     int returned = 0;
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, a, &key.align, sizeof key.align);
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->d, p->d, pref, 1, &r, &returned);
     cublasLtMatmulPreferenceDestroy(pref);

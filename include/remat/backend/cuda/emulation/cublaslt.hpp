@@ -4,7 +4,8 @@
 // layouts, a workspace preference, one heuristic answer, and cublasLtMatmul with the epilogues
 // remat uses (DEFAULT, BIAS, BGRADA, BGRADB). The checks are cuBLASLt's: layouts that match the
 // op flags and m, n, k, leading dimensions at least the stored rows, a workspace at least what
-// the chosen algorithm asked for, device pointers. D must be C (remat only multiplies in place).
+// the chosen algorithm asked for, matrices as aligned as the preference promised the heuristic
+// (256 bytes unless told), device pointers. D must be C (remat only multiplies in place).
 // With Faults::lt_no_epilogue the heuristic finds nothing for an epilogue, as a real cuBLASLt
 // may for a layout it does not support, so the caller's fallback is tested too.
 
@@ -29,7 +30,13 @@ enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_BGRADA = 256,
   CUBLASLT_EPILOGUE_BGRADB = 512,
 };
-enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
+enum cublasLtMatmulPreferenceAttributes_t {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+};
 
 struct cublasLtContext {};
 struct cublasLtMatmulDescOpaque_t {
@@ -44,14 +51,15 @@ struct cublasLtMatrixLayoutOpaque_t {
 };
 struct cublasLtMatmulPreferenceOpaque_t {
   std::size_t max_workspace = 0;
+  std::uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D: what the algorithm may assume
 };
 typedef cublasLtContext* cublasLtHandle_t;
 typedef cublasLtMatmulDescOpaque_t* cublasLtMatmulDesc_t;
 typedef cublasLtMatrixLayoutOpaque_t* cublasLtMatrixLayout_t;
 typedef cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
 struct cublasLtMatmulAlgo_t {
-  std::uint64_t data[8] = {};  // data[0]: the workspace bytes this "algorithm" needs
-};
+  std::uint64_t data[8] = {};  // [0]: the workspace bytes it needs; [1..4]: the A, B, C, D
+};                             // alignments it assumes (cuBLASLt's default: 256 bytes)
 struct cublasLtMatmulHeuristicResult_t {
   cublasLtMatmulAlgo_t algo;
   std::size_t workspaceSize = 0;
@@ -125,10 +133,18 @@ inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t
 inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                            cublasLtMatmulPreferenceAttributes_t a,
                                                            const void* buf, std::size_t size) {
-  if (!p || !buf || a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(std::uint64_t))
-    return CUBLAS_STATUS_INVALID_VALUE;
-  p->max_workspace = static_cast<std::size_t>(*static_cast<const std::uint64_t*>(buf));
-  return CUBLAS_STATUS_SUCCESS;
+  if (!p || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+    if (size != sizeof(std::uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    p->max_workspace = static_cast<std::size_t>(*static_cast<const std::uint64_t*>(buf));
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+    if (size != sizeof(std::uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = *static_cast<const std::uint32_t*>(buf);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 namespace remat {
@@ -174,6 +190,7 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   results[0] = cublasLtMatmulHeuristicResult_t{};
   results[0].workspaceSize = wanted < p->max_workspace ? wanted : p->max_workspace;
   results[0].algo.data[0] = results[0].workspaceSize;
+  for (int i = 0; i < 4; ++i) results[0].algo.data[1 + i] = p->align[i];
   *returned = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -194,6 +211,11 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
   int m = 0, n = 0, k = 0;
   if (!lt_shape(*d, *Ad, *Bd, *Cd, *Dd, m, n, k) || C != D) return CUBLAS_STATUS_INVALID_VALUE;
   if (workspace_bytes < algo->data[0]) return CUBLAS_STATUS_INVALID_VALUE;
+  // an algorithm chosen for aligned matrices cannot take a less aligned one
+  const void* mats[4] = {A, B, C, D};
+  for (int i = 0; i < 4; ++i)
+    if (reinterpret_cast<std::uintptr_t>(mats[i]) % algo->data[1 + i] != 0)
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   auto& dev = device();
   if (workspace_bytes > 0 && !dev.is_device(workspace, workspace_bytes))
     return CUBLAS_STATUS_EXECUTION_FAILED;
