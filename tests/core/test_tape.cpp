@@ -38,6 +38,28 @@ TEST_CASE("gradients accumulate over backward calls until zero_grad", "[tape]") 
 // two ops gets both parts; a tensor that is both inputs of one op (x * x, a a^T) gets both.
 // (Two passes give twice one pass to rounding: a gradient of several parts is summed in
 // another order the second time.)
+namespace {
+// Every `stride`-th element of each parameter's gradient against central differences of loss().
+template <class Loss>
+void check_finite_differences(const std::vector<Tensor<Cpu>>& ps, Loss loss, std::size_t stride) {
+  for (const auto& p : ps) {
+    const auto g = p.grad().to_vector();
+    for (std::size_t i = 0; i < g.size(); i += stride) {
+      const float at = p.data<float>()[i], h = 1e-2f;
+      double f[2];
+      for (int sgn = 0; sgn < 2; ++sgn) {
+        p.mutable_data<float>()[i] = at + (sgn ? -h : h);
+        NoGrad ng;
+        f[sgn] = loss().item();
+      }
+      p.mutable_data<float>()[i] = at;
+      const double fd = (f[0] - f[1]) / (2.0 * h);
+      CHECK(std::fabs(fd - g[i]) <= 2e-2 * (1.0 + std::fabs(fd)));
+    }
+  }
+}
+}  // namespace
+
 TEST_CASE("a fresh gradient buffer is written once, then every contribution adds", "[tape]") {
   auto vals = [](std::size_t n, float s) {
     std::vector<float> v(n);
@@ -72,22 +94,7 @@ TEST_CASE("a fresh gradient buffer is written once, then every contribution adds
   // against finite differences (the contributions of every use are all there)
   optim::zero_grad(ps);
   tape.backward(loss());
-  for (std::size_t k = 0; k < ps.size(); ++k) {
-    auto& p = ps[k];
-    const auto g = p.grad().to_vector();
-    for (std::size_t i = 0; i < g.size(); i += 3) {
-      const float at = p.data<float>()[i], h = 1e-2f;
-      double f[2];
-      for (int sgn = 0; sgn < 2; ++sgn) {
-        p.mutable_data<float>()[i] = at + (sgn ? -h : h);
-        NoGrad ng;
-        f[sgn] = loss().item();
-      }
-      p.mutable_data<float>()[i] = at;
-      const double fd = (f[0] - f[1]) / (2.0 * h);
-      CHECK(std::fabs(fd - g[i]) <= 2e-2 * (1.0 + std::fabs(fd)));
-    }
-  }
+  check_finite_differences(ps, loss, 3);
 }
 
 TEST_CASE("a residual add passes its output's gradient through to an operand", "[tape]") {
@@ -112,22 +119,7 @@ TEST_CASE("a residual add passes its output's gradient through to an operand", "
     return sum(r5 * r5);
   };
   tape.backward(loss());
-  for (std::size_t k = 0; k < ps.size(); ++k) {
-    auto& p = ps[k];
-    const auto g = p.grad().to_vector();
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      const float at = p.data<float>()[i], h = 1e-2f;
-      double f[2];
-      for (int sgn = 0; sgn < 2; ++sgn) {
-        p.mutable_data<float>()[i] = at + (sgn ? -h : h);
-        NoGrad ng;
-        f[sgn] = loss().item();
-      }
-      p.mutable_data<float>()[i] = at;
-      const double fd = (f[0] - f[1]) / (2.0 * h);
-      CHECK(std::fabs(fd - g[i]) <= 2e-2 * (1.0 + std::fabs(fd)));
-    }
-  }
+  check_finite_differences(ps, loss, 1);
   // a passed-through buffer is a plain gradient: a second backward adds the same again
   const auto once = x.grad().to_vector();
   tape.backward(loss());
