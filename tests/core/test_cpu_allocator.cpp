@@ -18,12 +18,12 @@
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"
+#include "support/units.hpp"
 
 using namespace remat;
 using cpu::CpuArena;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // Resident pages of [p, p + bytes) in bytes, as the kernel reports them (SIZE_MAX if it cannot).
 std::size_t resident_bytes(void* p, std::size_t bytes) {

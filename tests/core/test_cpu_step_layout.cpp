@@ -16,13 +16,13 @@
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"
+#include "support/units.hpp"
 
 using namespace remat;
 using cpu::CpuArena;
 using cpu::StepLayout;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // A step's allocations and frees: (+size) allocates the next buffer, (-k) frees buffer k.
 struct Op {

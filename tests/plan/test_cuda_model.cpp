@@ -19,13 +19,13 @@
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"
+#include "support/units.hpp"
 
 using namespace remat;
 using cuda::BlockPool;
 using cuda::PoolSizes;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // A device of `capacity` bytes that records its reservations.
 struct TestDevice {

@@ -32,16 +32,16 @@ nn::GPTConfig small_gpt(std::int64_t L, float dropout) {
   return c;
 }
 
-struct Run {
+struct PlanRun {
   std::int64_t peak = 0;  // ledger peak of the second step, relative to before the model
   std::vector<float> losses;
   std::vector<std::vector<float>> grads;  // after the second step's backward
 };
 
 // Two AdamW steps of c (its strategy) on fixed tokens.
-Run run_cpu(const nn::GPTConfig& c, std::int64_t batch, std::int64_t seq) {
+PlanRun run_cpu(const nn::GPTConfig& c, std::int64_t batch, std::int64_t seq) {
   const std::int64_t live0 = memory_stats<Cpu>().live_total;
-  Run r;
+  PlanRun r;
   Tape<Cpu> tape(c.seed);
   nn::GPT<Cpu> model(tape, c);
   optim::AdamW<Cpu> opt(model.parameters(), {});
@@ -68,7 +68,7 @@ TEST_CASE("every certified plan runs inside its budget with the estimated peak a
           "[plan][gpt]") {
   const nn::GPTConfig c = small_gpt(6, 0.1f);
   const std::int64_t batch = 2, seq = 16;
-  const Run plain = run_cpu(c, batch, seq);
+  const PlanRun plain = run_cpu(c, batch, seq);
   const nn::CheckpointPlan any = nn::plan_checkpoint<Cpu>(c, batch, seq, std::int64_t{1} << 40, {}, {}, kLeanest);
   const std::int64_t lo = any.leanest, hi = plain.peak;
   REQUIRE(lo < hi);
@@ -81,7 +81,7 @@ TEST_CASE("every certified plan runs inside its budget with the estimated peak a
     const nn::CheckpointPlan cp = nn::plan_checkpoint<Cpu>(c, batch, seq, budget, {}, {}, kLedger);
     nn::GPTConfig k = c;
     k.checkpoint = cp.strategy;
-    const Run run = run_cpu(k, batch, seq);
+    const PlanRun run = run_cpu(k, batch, seq);
     INFO("budget " << budget << " (" << i << "/10): " << cp.summary() << "\n" << cp.table());
     CHECK(cp.peak() <= budget);
     CHECK(run.peak == cp.peak());  // the estimator's prediction, to the byte
@@ -131,7 +131,7 @@ TEST_CASE("below every fixed strategy's peak the planner still fits, with nested
   CHECK(cp.summary().find("nested") != std::string::npos);
   nn::GPTConfig k = c;
   k.checkpoint = cp.strategy;
-  const Run run = run_cpu(k, batch, seq);
+  const PlanRun run = run_cpu(k, batch, seq);
   CHECK(run.peak == cp.peak());  // the nested plan's real ledger, to the byte
   // The DP's own leanest plan nests deepest; its model, frames included, bounds the real peak
   // (without frames: predicted 210.8 MiB, real 488 MiB for a 46-deep nest at L48).
@@ -147,7 +147,7 @@ TEST_CASE("below every fixed strategy's peak the planner still fits, with nested
 
 TEST_CASE("nested segments and block options execute as scheduled", "[plan][gpt]") {
   const nn::GPTConfig c = small_gpt(5, 0.2f);
-  const Run plain = run_cpu(c, 2, 12);
+  const PlanRun plain = run_cpu(c, 2, 12);
   // embedding, seg[h.0..h.3]{ h.0 save_linear, seg[h.1..h.2]{ h.1, h.2 save_all_but_attention },
   // h.3 }, h.4 save_linear, head
   plan::Schedule inner2{plan::make_keep(2, 0), plan::make_keep(3, 1)};
@@ -157,7 +157,7 @@ TEST_CASE("nested segments and block options execute as scheduled", "[plan][gpt]
   nn::GPTConfig k = c;
   k.checkpoint = nn::CheckpointStrategy::parse("budget:1GiB");
   k.checkpoint.schedule = std::make_shared<const plan::Schedule>(s);
-  const Run run = run_cpu(k, 2, 12);
+  const PlanRun run = run_cpu(k, 2, 12);
   CHECK(run.losses == plain.losses);
   CHECK(run.grads == plain.grads);
   CHECK(run.peak == estimate_gpt_step<Cpu>(k, 2, 12).peak());
