@@ -68,16 +68,22 @@ TEST_CASE("a fresh gradient buffer is written once, then every contribution adds
   };
   Tape<Cpu> tape;
   auto x = tape.parameter({3, 4, 5}, vals(60, 1.0f)), w = tape.parameter({5, 6}, vals(30, 0.5f)),
-       b = tape.parameter({6}, vals(6, 0.1f)), m = tape.parameter({6, 2}, vals(12, 0.3f));
-  const std::vector<Tensor<Cpu>> ps{x, w, b, m};
+       b = tape.parameter({6}, vals(6, 0.1f)), m = tape.parameter({6, 2}, vals(12, 0.3f)),
+       e = tape.parameter({7, 5}, vals(35, 0.5f));
+  const auto ids = tape.tokens({2, 3}, std::vector<std::int32_t>{3, 0, 3, 6, 3, 1});
+  const auto targets = tape.tokens({2, 3}, std::vector<std::int32_t>{1, 2, 0, 6, 5, 3});
+  const std::vector<Tensor<Cpu>> ps{x, w, b, m, e};
   // one graph: linear, a broadcast add and mul, a batched matmul whose weight's gradient is
-  // summed over the batch (shared C), and a matmul of a tensor with itself
+  // summed over the batch (shared C), a matmul of a tensor with itself, and a tied embedding
+  // (the head's matmul writes e's gradient, the lookup's scatter adds; the logits' gradient
+  // is written by the sum and added to by the cross-entropy)
   auto loss = [&] {
     auto h = linear(x, w, b);                     // (3, 4, 6)
     auto g = (h + b) * b;                          // b broadcast twice more
     auto z = matmul(g, m);                         // (3, 4, 2): dm summed over 12 rows
     auto q = matmul(x, x, false, true);            // (3, 4, 4): x is both operands
-    return sum(z * z) + sum(q) + sum(x * x);
+    auto lg = matmul(embedding(e, ids), e, false, true);  // (2, 3, 7); id 3 three times
+    return sum(z * z) + sum(q) + sum(x * x) + cross_entropy(lg, targets) + sum(lg);
   };
   auto grads = [&] {
     std::vector<std::vector<float>> g;

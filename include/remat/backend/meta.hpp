@@ -208,11 +208,11 @@ struct Meta {
     const Scratch s(Target::cross_entropy_forward_scratch(N));
   }
   static void cross_entropy_backward(float*, const float*, const float*, const std::int32_t*,
-                                     std::int64_t, std::int64_t, const float*) {}
+                                     std::int64_t, std::int64_t, const float*, bool = false) {}
   static void embedding_forward(float*, const float*, const std::int32_t*, std::int64_t,
                                 std::int64_t) {}
   static void embedding_backward(float*, const float*, const std::int32_t*, std::int64_t,
-                                 std::int64_t, std::int64_t) {}
+                                 std::int64_t, std::int64_t, bool = false) {}
   static void minmax_i32(const std::int32_t*, std::int64_t, std::int32_t& lo, std::int32_t& hi) {
     lo = hi = 0;
   }

@@ -9,7 +9,8 @@
 namespace remat {
 
 // y[i, :] = w[ids[i], :].   dw[ids[i], :] += dy[i, :], summed in the order of i on every
-// backend (deterministic: no atomics; CPU and CUDA give the same bits)
+// backend (deterministic: no atomics; CPU and CUDA give the same bits); a fresh dw is zeroed
+// by the backward itself (rows no id names get 0)
 struct EmbeddingOp {
   static constexpr const char* name = "embedding";
   template <class B>
@@ -47,9 +48,11 @@ struct EmbeddingOp {
     s.ids = ids;
   }
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
     B::embedding_backward(dinp[0].template data<float>(), dout.template data<float>(),
-                          s.ids.template data<std::int32_t>(), s.n, s.V, s.C);
+                          s.ids.template data<std::int32_t>(), s.n, s.V, s.C,
+                          detail::fresh_at(fresh, 0));
   }
 };
 

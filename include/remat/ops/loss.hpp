@@ -44,10 +44,12 @@ struct CrossEntropyOp {
     return out;
   }
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
     B::cross_entropy_backward(dinp[0].template data<float>(), s.logits.template data<float>(),
                               s.lse.template data<float>(), s.targets.template data<std::int32_t>(),
-                              s.N, s.V, dout.template data<float>());  // dloss: read by the backend
+                              s.N, s.V, dout.template data<float>(),  // dloss: read by the backend
+                              detail::fresh_at(fresh, 0));
   }
 };
 

@@ -299,11 +299,14 @@ struct CpuNn {
   // dlogits[i, j] += scale (exp(logits[i, j] - lse_i) - [j == t_i]),  scale = dloss[0] / N
   static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                                      const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                     const float* dloss) {
+                                     const float* dloss, bool set = false) {
     const float scale = dloss[0] / static_cast<float>(N);
     parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
-        Arr(dlogits + r * V, V) += scale * (CArr(logits + r * V, V) - lse[r]).exp();
+        if (set)
+          Arr(dlogits + r * V, V) = scale * (CArr(logits + r * V, V) - lse[r]).exp();
+        else
+          Arr(dlogits + r * V, V) += scale * (CArr(logits + r * V, V) - lse[r]).exp();
         dlogits[r * V + targets[r]] -= scale;
       }
     });
@@ -318,9 +321,11 @@ struct CpuNn {
     });
   }
   // dw[ids[i], :] += dy[i, :] for i in order (dw is [V, C]; serial: rows may repeat, and the
-  // order of the sum is the tokens' order, as on CUDA, so both give the same bits)
+  // order of the sum is the tokens' order, as on CUDA, so both give the same bits); with set,
+  // dw is zeroed first
   static void embedding_backward(float* dw, const float* dy, const std::int32_t* ids,
-                                 std::int64_t n, std::int64_t /*V*/, std::int64_t C) {
+                                 std::int64_t n, std::int64_t V, std::int64_t C, bool set = false) {
+    if (set) Arr(dw, V * C).setZero();
     for (std::int64_t i = 0; i < n; ++i)
       Arr(dw + static_cast<std::int64_t>(ids[i]) * C, C) += CArr(dy + i * C, C);
   }

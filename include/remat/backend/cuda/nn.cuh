@@ -61,19 +61,41 @@ __global__ void layer_norm_forward_kernel(float* y, float* mean, float* rstd, co
   }
 }
 // NOTE [layer norm backward]
-// Two launches whatever the rows (was five: dx, then two column sums of two kernels each).
-// - layer_norm_backward_kernel: block b takes the rows [rows b / K, rows (b+1) / K) of
-//   K = kLayerNormChunks, in order. Per row: dx = rstd (g - mean(g) - xhat mean(g xhat)),
-//   g = dy w (written or added: set_dx); and the chunk's partial sums of dw (dy xhat) and db
-//   (dy), each column owned by one thread, in its row of the scratch.
-// - layer_norm_finish_kernel: dw and db = the K partial rows summed in chunk order.
-// Each sum has a fixed order whatever the schedule: deterministic, no atomics.
+// One launch whatever the rows (was five: dx, then two column sums of two kernels each; then
+// two: the column sums' finish was a kernel of its own).
+// - Block b takes the rows [rows b / K, rows (b+1) / K) of K = kLayerNormChunks, in order. Per
+//   row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w (written or added: set_dx); and
+//   the chunk's partial sums of dw (dy xhat) and db (dy), each column owned by one thread, in
+//   its row of the scratch.
+// - The block that finishes last (a ticket from an atomic counter, after a fence that makes its
+//   partial sums visible to every block) sums the K partial rows in chunk order into dw and db.
+//   The counter wraps to zero at the last ticket (atomicInc), so it is zero between launches.
+// Each sum has a fixed order whatever the schedule, and whichever block comes last:
+// deterministic; the only atomic is the ticket.
+// The blocks' ticket counter: zero between launches (the last block's atomicInc wraps it).
+static __device__ unsigned layer_norm_tickets = 0;
 template <int = 0>
-__global__ void layer_norm_backward_kernel(float* dx, float* part_w, float* part_b,
-                                           const float* dy, const float* x, const float* w,
-                                           const float* mean, const float* rstd,
-                                           std::int64_t rows, std::int64_t C, bool set_dx) {
+__device__ inline void layer_norm_finish(float* dw, float* db, const float* part_w,
+                                         const float* part_b, std::int64_t C, bool set_dw,
+                                         bool set_db) {
+  for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int k = 0; k < kLayerNormChunks; ++k) {
+      if (dw) sw += part_w[k * C + c];
+      if (db) sb += part_b[k * C + c];
+    }
+    if (dw) dw[c] = set_dw ? sw : dw[c] + sw;
+    if (db) db[c] = set_db ? sb : db[c] + sb;
+  }
+}
+template <int = 0>
+__global__ void layer_norm_backward_kernel(float* dx, float* dw, float* db, float* part_w,
+                                           float* part_b, const float* dy, const float* x,
+                                           const float* w, const float* mean, const float* rstd,
+                                           std::int64_t rows, std::int64_t C, bool set_dx,
+                                           bool set_dw, bool set_db) {
   __shared__ float sh[32];
+  __shared__ bool last;
   const std::int64_t chunk = blockIdx.x;
   const std::int64_t r0 = rows * chunk / gridDim.x, r1 = rows * (chunk + 1) / gridDim.x;
   float* pw = part_w ? part_w + chunk * C : nullptr;
@@ -104,20 +126,12 @@ __global__ void layer_norm_backward_kernel(float* dx, float* part_w, float* part
       if (pb) pb[i] += gr[i];
     }
   }
-}
-template <int = 0>
-__global__ void layer_norm_finish_kernel(float* dw, float* db, const float* part_w,
-                                         const float* part_b, std::int64_t C, bool set_dw,
-                                         bool set_db) {
-  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (int k = 0; k < kLayerNormChunks; ++k) {
-    if (dw) sw += part_w[k * C + c];
-    if (db) sb += part_b[k * C + c];
-  }
-  if (dw) dw[c] = set_dw ? sw : dw[c] + sw;
-  if (db) db[c] = set_db ? sb : db[c] + sb;
+  if (!pw && !pb) return;  // the same for every block
+  __threadfence();  // this block's partial sums, visible to whichever block comes last
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicInc(&layer_norm_tickets, gridDim.x - 1) == gridDim.x - 1;
+  __syncthreads();
+  if (last) layer_norm_finish<>(dw, db, part_w, part_b, C, set_dw, set_db);
 }
 // y[0:valid] = softmax(scale x[0:valid]), y[valid:C] = 0; valid = row % T + 1 when causal
 template <int = 0>
@@ -188,11 +202,13 @@ __global__ void mean_kernel(float* out, const float* x, std::int64_t n) {
 template <int = 0>
 __global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
                                               const std::int32_t* targets, std::int64_t V,
-                                              const float* dloss, std::int64_t N) {
+                                              const float* dloss, std::int64_t N, bool set) {
   const std::int64_t r = blockIdx.x;
   const float scale = dloss[0] / static_cast<float>(N);
-  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x)
-    dlogits[r * V + i] += scale * (expf(logits[r * V + i] - lse[r]) - (i == targets[r] ? 1.0f : 0.0f));
+  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float d = scale * (expf(logits[r * V + i] - lse[r]) - (i == targets[r] ? 1.0f : 0.0f));
+    dlogits[r * V + i] = set ? d : dlogits[r * V + i] + d;
+  }
 }
 template <int = 0>
 __global__ void embedding_forward_kernel(float* y, const float* w, const std::int32_t* ids,
@@ -215,10 +231,13 @@ constexpr std::int64_t kEmbeddingRowRanges = 128;
 template <int = 0>
 __global__ void embedding_backward_kernel(float* dw, const float* dy, const std::int32_t* ids,
                                           std::int64_t n, std::int64_t rows_per_block,
-                                          std::int64_t C) {
+                                          std::int64_t V, std::int64_t C, bool set) {
   __shared__ std::int32_t chunk[kEmbeddingIdChunk];
-  const std::int64_t v0 = blockIdx.x * rows_per_block, v1 = v0 + rows_per_block;
+  const std::int64_t v0 = blockIdx.x * rows_per_block;
+  const std::int64_t v1 = v0 + rows_per_block < V ? v0 + rows_per_block : V;
   const std::int64_t c = blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (set && c < C)  // a fresh dw: this thread's elements start at zero
+    for (std::int64_t v = v0; v < v1; ++v) dw[v * C + c] = 0.0f;
   for (std::int64_t t0 = 0; t0 < n; t0 += kEmbeddingIdChunk) {
     const int m = static_cast<int>(n - t0 < kEmbeddingIdChunk ? n - t0 : kEmbeddingIdChunk);
     __syncthreads();  // every thread is done with the previous chunk
@@ -290,7 +309,7 @@ struct CudaNn {
                       y, mean, rstd, x, w, b, C, eps);
   }
   // set_*: that buffer holds no values yet and is written, not added into (NOTE [fresh
-  // gradient buffers]); NOTE [layer norm backward] for the two launches
+  // gradient buffers]); NOTE [layer norm backward] for the one launch
   static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                                   const float* w, const float* mean, const float* rstd,
                                   std::int64_t rows, std::int64_t C, bool set_dx = false,
@@ -304,11 +323,8 @@ struct CudaNn {
     float* part_w = dw ? scratch.as<float>() : nullptr;
     float* part_b = db ? scratch.as<float>() + kLayerNormChunks * C : nullptr;
     REMAT_CUDA_LAUNCH(layer_norm_backward_kernel<>, static_cast<unsigned>(kLayerNormChunks),
-                      kRowThreads, 0, s(), dx, part_w, part_b, dy, x, w, mean, rstd, rows, C,
-                      set_dx);
-    if (dw || db)
-      REMAT_CUDA_LAUNCH(layer_norm_finish_kernel<>, static_cast<unsigned>((C + 127) / 128), 128, 0,
-                        s(), dw, db, part_w, part_b, C, set_dw, set_db);
+                      kRowThreads, 0, s(), dx, dw, db, part_w, part_b, dy, x, w, mean, rstd, rows,
+                      C, set_dx, set_dw, set_db);
   }
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
@@ -331,24 +347,30 @@ struct CudaNn {
   }
   static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                                      const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                     const float* dloss) {
+                                     const float* dloss, bool set = false) {
     if (N == 0) return;
     REMAT_CUDA_LAUNCH(cross_entropy_backward_kernel<>, static_cast<unsigned>(N),
                       kRowThreads, 0, s(),
-                      dlogits, logits, lse, targets, V, dloss, N);
+                      dlogits, logits, lse, targets, V, dloss, N, set);
   }
   static void embedding_forward(float* y, const float* w, const std::int32_t* ids, std::int64_t n, std::int64_t C) {
     if (n * C == 0) return;
     REMAT_CUDA_LAUNCH(embedding_forward_kernel<>, grid_for(n * C), 256, 0, s(), y, w, ids, n, C);
   }
-  // dw [V, C] += scatter of dy [n, C] by ids, deterministic (NOTE [embedding backward])
+  // dw [V, C] += scatter of dy [n, C] by ids, deterministic (NOTE [embedding backward]); with
+  // set, dw = (each block zeroes its rows first)
   static void embedding_backward(float* dw, const float* dy, const std::int32_t* ids, std::int64_t n,
-                                 std::int64_t V, std::int64_t C) {
-    if (n * C == 0 || V == 0) return;
+                                 std::int64_t V, std::int64_t C, bool set = false) {
+    if (V * C == 0) return;
+    if (n == 0) {  // an empty scatter: a written dw is zero
+      if (set) CudaMemory::fill(dw, V * C, 0.0f);
+      return;
+    }
     const std::int64_t ranges = V < kEmbeddingRowRanges ? V : kEmbeddingRowRanges;
     const std::int64_t rows = (V + ranges - 1) / ranges;
     const dim3 grid(static_cast<unsigned>((V + rows - 1) / rows), static_cast<unsigned>((C + 255) / 256));
-    REMAT_CUDA_LAUNCH(embedding_backward_kernel<>, grid, 256, 0, s(), dw, dy, ids, n, rows, C);
+    REMAT_CUDA_LAUNCH(embedding_backward_kernel<>, grid, 256, 0, s(), dw, dy, ids, n, rows, V, C,
+                      set);
   }
   /// Range check of ids and targets made on the device (those from Tape::tokens carry their
   /// range: NOTE [host round trips]): read them on the host.

@@ -3,7 +3,7 @@
 // The device-side language of CUDA as host C++ for the emulation build: the qualifiers, the
 // built-in variables (threadIdx, ...: the running fiber's, grid.hpp), __syncthreads, warp
 // shuffles and votes (full-warp semantics, grid.hpp), atomics (fibers never run at once, so a
-// plain read-modify-write is atomic) and the math intrinsics the kernels call.
+// plain read-modify-write is atomic), fences (no-ops) and the math intrinsics the kernels call.
 
 #include <cmath>
 #include <cstdint>
@@ -27,6 +27,8 @@ constexpr int warpSize = 32;
 
 #define REMAT_EMU_SITE (::remat::cuda::emu::Site{__FILE__, __LINE__})
 #define __syncthreads() ::remat::cuda::emu::BlockRunner::get().sync_threads(REMAT_EMU_SITE)
+// Blocks run one at a time, each to its end: every write is visible to the blocks after it.
+#define __threadfence() static_cast<void>(0)
 #define __shfl_sync(...) ::remat::cuda::emu::shfl(::remat::cuda::emu::WarpOp::shfl, REMAT_EMU_SITE, __VA_ARGS__)
 #define __shfl_up_sync(...) ::remat::cuda::emu::shfl(::remat::cuda::emu::WarpOp::shfl_up, REMAT_EMU_SITE, __VA_ARGS__)
 #define __shfl_down_sync(...) ::remat::cuda::emu::shfl(::remat::cuda::emu::WarpOp::shfl_down, REMAT_EMU_SITE, __VA_ARGS__)
@@ -61,6 +63,12 @@ template <class T>
 inline T atomicAdd(T* address, T val) {
   const T old = *address;
   *address = old + val;
+  return old;
+}
+// CUDA's wrapping increment: old >= val wraps to 0, else old + 1; returns old.
+inline unsigned atomicInc(unsigned* address, unsigned val) {
+  const unsigned old = *address;
+  *address = old >= val ? 0u : old + 1u;
   return old;
 }
 template <class T>
