@@ -202,6 +202,9 @@ struct CheckpointBody final : NodeBody<B> {
   }
 
   void add_escaped_output(std::int64_t op) override { escaped_ops.push_back(op); }
+  // A gradient buffer made for this node is handed to the replay unset: the interior's first
+  // contribution writes it (the stand-in's grad_unset), or it is zeroed at the end.
+  bool writes_fresh() const override { return true; }
 
   void backward(Tape<B>& tape, std::vector<Tensor<B>>& douts,
                 std::vector<Tensor<B>>& dinp) override {
@@ -211,9 +214,16 @@ struct CheckpointBody final : NodeBody<B> {
     // buffer *is* the input's real gradient (its slot, or the leaf's grad): the interior adds
     // into it in the plain run's order, after what the ops past the segment added, so the
     // sums are bitwise the plain run's (NOTE [checkpoint semantics] 9). Captured recorded
-    // tensors get such stand-ins too, which the tape substitutes when an op records.
+    // tensors get such stand-ins too, which the tape substitutes when an op records. A buffer
+    // made for this node (fresh) is unset: the first op of the replay to reach it writes it,
+    // as the plain run's first contribution would; one that no op reached is zeroed (Unset).
+    const std::vector<char> fresh = tape.fresh_grads();  // (the replay's nodes reuse the tape's)
+    Unset unset;
     std::array<Tensor<B>, N> in;
-    for (std::size_t i = 0; i < N; ++i) in[i] = stand_in(inputs[i], dinp[i]);
+    for (std::size_t i = 0; i < N; ++i) {
+      in[i] = stand_in(inputs[i], dinp[i], detail::fresh_at(fresh, i));
+      unset.watch(in[i]);
+    }
     SegmentFrame<B> frame;
     frame.mode = FrameMode::replay;
     frame.hash_values = opt.verify_values();
@@ -221,8 +231,11 @@ struct CheckpointBody final : NodeBody<B> {
     frame.kept = &kept;
     frame.kept_state = &kept_state;
     frame.adopted = &escaped_ops;
-    for (std::size_t j = 0; j < captured.size(); ++j)
-      frame.stand_ins.emplace_back(captured[j].impl(), stand_in(captured[j], dinp[N + j]).impl_ptr());
+    for (std::size_t j = 0; j < captured.size(); ++j) {
+      Tensor<B> s = stand_in(captured[j], dinp[N + j], detail::fresh_at(fresh, N + j));
+      unset.watch(s);
+      frame.stand_ins.emplace_back(captured[j].impl(), s.impl_ptr());
+    }
     // The stream of the first run: its seed and counter (the caller may have changed either).
     const std::uint64_t seed_after = tape.seed(), rng_after = tape.rng_offset();
     tape.set_seed(rng_seed);
@@ -290,13 +303,33 @@ struct CheckpointBody final : NodeBody<B> {
   }
 
   /// A leaf over t's storage for the replay to start from, whose gradient buffer is `grad`
-  /// (the real one of the tensor it stands for); no gradient when `grad` is undefined.
-  static Tensor<B> stand_in(const Tensor<B>& t, const Tensor<B>& grad) {
+  /// (the real one of the tensor it stands for), `unset` when it holds no values yet; no
+  /// gradient when `grad` is undefined.
+  static Tensor<B> stand_in(const Tensor<B>& t, const Tensor<B>& grad, bool unset) {
     Tensor<B> a = detail::alias(t, t.shape());
     a.impl()->requires_grad = grad.defined();
     if (grad.defined()) a.impl()->grad = grad.storage();
+    a.impl()->grad_unset = grad.defined() && unset;
     return a;
   }
+  /// The stand-ins whose buffer no op of the replay reached are zeroed when the backward ends,
+  /// normally or by an exception (no gradient buffer is left with undefined values).
+  struct Unset {
+    std::vector<std::shared_ptr<TensorImpl<B>>> leaves;
+    void watch(const Tensor<B>& s) {
+      if (s.impl()->grad_unset) leaves.push_back(s.impl_ptr());
+    }
+    ~Unset() {
+      for (const auto& l : leaves) {
+        if (!l->grad_unset) continue;
+        l->grad_unset = false;
+        try {
+          B::fill(static_cast<float*>(l->grad->data()), l->shape.numel(), 0.0f);
+        } catch (...) {  // (a device already failing: its error was thrown before)
+        }
+      }
+    }
+  };
 
   /// NOTE [version counter]: what the first run read from outside must be as it was then.
   void check_versions() const {

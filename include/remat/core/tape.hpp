@@ -552,7 +552,9 @@ class Tape {
       // yet. A node whose body writes such buffers (writes_fresh: an op whose backward takes
       // the flags, e.g. linear's GEMMs with beta 0) gets them as they are; for any other the
       // tape zeroes them first, as before. One buffer behind two inputs of the node (x * x, an
-      // alias of a parameter beside the parameter) is zeroed: both inputs add into it.
+      // alias of a parameter beside the parameter) is zeroed: both inputs add into it. A
+      // checkpoint segment's node writes_fresh too: it hands such buffers to its replay unset
+      // (TensorImpl::grad_unset), where the first replayed contribution writes them.
       // Passed through: where such a node's input takes the output's gradient unchanged
       // (pass_through(): a residual add), that input has no buffer yet, and nothing else holds
       // the output's gradient, the gradient itself becomes the input's buffer: no copy, no new
@@ -579,7 +581,8 @@ class Tape {
       try {
         node.body->backward(*this, douts, dinp);
       } catch (...) {  // (an OutOfMemory mid-node) no buffer is left holding undefined values
-        for (std::size_t i = 0; i < dinp.size(); ++i)
+        // (a segment settles its own: its replay's nodes reused fresh_)
+        for (std::size_t i = 0; i < dinp.size() && !node.body->segment; ++i)
           if (fresh_[i] == 1) B::fill(dinp[i].template data<float>(), dinp[i].numel(), 0.0f);
         fresh_.clear();
         throw;
@@ -667,12 +670,16 @@ class Tape {
     if (in.leaf) return leaf_grad_unset(in.leaf, fresh);
     return Tensor<B>();
   }
-  /// A leaf's gradient buffer; made (under `gradients`, values unset) when absent, then `fresh`.
+  /// A leaf's gradient buffer; made (under `gradients`, values unset) when absent, then `fresh`;
+  /// `fresh` too for a replay's stand-in whose buffer is still unset (grad_unset, cleared now).
   Tensor<B> leaf_grad_unset(const std::shared_ptr<TensorImpl<B>>& leaf, bool& fresh) {
     fresh = false;
     if (!leaf->grad) {
       const std::size_t bytes = static_cast<std::size_t>(leaf->shape.numel()) * 4;
       leaf->grad = std::make_shared<Storage<B>>(bytes, leaf->grad_category);
+      fresh = true;
+    } else if (leaf->grad_unset) {
+      leaf->grad_unset = false;
       fresh = true;
     }
     return Tensor<B>(leaf).grad();

@@ -35,6 +35,9 @@ struct TensorImpl {
   std::uint64_t epoch = 0;       // the tape epoch `id` belongs to (stale after backward)
   std::shared_ptr<Storage<B>> grad;  // accumulated gradient of a leaf (parameters, inputs)
   Category grad_category = Category::gradients;  // where `grad` is counted in the ledger
+  // `grad` holds no values yet: a checkpoint replay's stand-in for a gradient buffer made for
+  // the segment's node; the first contribution writes it (NOTE [fresh gradient buffers])
+  bool grad_unset = false;
   std::string name;              // optional tag (remat::tag), used by checkpoint policies
   // Set while a checkpoint segment runs forward unrecorded (checkpoint/segment.hpp):
   bool segment_grad = false;     // a gradient would flow through this tensor
