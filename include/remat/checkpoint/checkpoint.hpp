@@ -208,7 +208,6 @@ struct CheckpointBody final : NodeBody<B> {
 
   void backward(Tape<B>& tape, std::vector<Tensor<B>>& douts,
                 std::vector<Tensor<B>>& dinp) override {
-    check_versions();
     const double t0 = seconds_now();
     // Replay from aliases of the boundary inputs (leaves of the scratch range) whose gradient
     // buffer *is* the input's real gradient (its slot, or the leaf's grad): the interior adds
@@ -236,6 +235,7 @@ struct CheckpointBody final : NodeBody<B> {
       unset.watch(s);
       frame.stand_ins.emplace_back(captured[j].impl(), s.impl_ptr());
     }
+    check_versions();  // (after the stand-ins: if it throws, Unset still zeroes their buffers)
     // The stream of the first run: its seed and counter (the caller may have changed either).
     const std::uint64_t seed_after = tape.seed(), rng_after = tape.rng_offset();
     tape.set_seed(rng_seed);
