@@ -546,18 +546,96 @@ void test_gpt() {
   cuda::Context::get().set_tf32(true);
 }
 
+// Tensor-core attention (flash_mma.cuh: TF32 mma.sync, issue 25 item 1). With TF32 on (the
+// default) the fused attention at head sizes 64 and 128 runs on the tensor cores: forward and
+// backward against the CPU's fp32 within TF32's error (T 67: a partial query block and partial
+// key tiles, causal and not), the mma kernels are the ones launched (emulation: by name), and
+// a GPT step at head size 64: against the CPU, and every checkpoint strategy gives the plain
+// step's gradients bit for bit (the kernels have no atomics; under the emulation, under two
+// block schedules too).
+void test_mma_attention() {
+  using remat_cuda_test::Result;
+  auto& ctx = cuda::Context::get();
+  ctx.set_tf32(true);
+  if (!ctx.tensor_cores()) {
+    std::printf("  no tensor cores on this device (sm < 80): the SIMT kernels serve; skipped\n");
+    return;
+  }
+  Cuda::set_attention_path(cuda::AttentionPath::fused);
+  for (const char* name : {"attention_t67_d64", "attention_t67_d64_full", "attention_t67_d128",
+                           "attention_t67_d128_full"}) {
+#if defined(REMAT_CUDA_EMULATION)
+    const auto before = cuda::emu::device().launches_by_kernel();
+#endif
+    const double e = worst(remat_cuda_test::run_op<Cuda>(name), remat_cuda_test::cpu_op(name));
+    std::printf("  op %-24s (tensor cores, TF32) vs CPU: max rel diff %.2e (limit 3e-3)\n", name, e);
+    check(e <= 3e-3, "tensor-core attention matches the CPU within TF32's error", e);
+#if defined(REMAT_CUDA_EMULATION)
+    const std::string D = std::string(name).find("d128") != std::string::npos ? "128" : "64";
+    auto ran = [&](const std::string& kernel) {
+      const auto& now = cuda::emu::device().launches_by_kernel();
+      const auto a = now.find(kernel), b = before.find(kernel);
+      return (a == now.end() ? 0 : a->second) - (b == before.end() ? 0 : b->second);
+    };
+    const bool mma = ran("flash_mma_forward_kernel<" + D + ">") == 1 &&
+                     ran("flash_mma_dq_kernel<" + D + ">") == 1 &&
+                     ran("flash_mma_dkdv_kernel<" + D + ">") == 1 &&
+                     ran("flash_forward_kernel<>") == 0 && ran("flash_dq_kernel<>") == 0;
+    check(mma, "the tensor-core kernels ran, not the SIMT ones");
+#endif
+  }
+  remat_cuda_test::GptShape gpt2_head;
+  gpt2_head.n_embd = 128;
+  gpt2_head.n_head = 2;
+  gpt2_head.n_layer = 2;
+  const double e = worst(remat_cuda_test::run_gpt<Cuda>("none", 0.1f, gpt2_head),
+                         remat_cuda_test::cpu_gpt("none", 0.1f, gpt2_head));
+  std::printf("  GPT step, head size 64, TF32 (GEMMs and attention) vs CPU: max rel diff %.2e (limit 2e-2)\n", e);
+  check(e <= 2e-2, "a TF32 GPT step at head size 64 matches the CPU within TF32's error", e);
+  auto step = [&](const char* strategy) { return remat_cuda_test::run_gpt<Cuda>(strategy, 0.1f, gpt2_head); };
+#if defined(REMAT_CUDA_EMULATION)
+  auto& dev = cuda::emu::device();
+  const std::uint64_t seed0 = dev.schedule_seed();
+  const std::vector<std::uint64_t> seeds = {0x5EED0003u, 0x5EED0004u};
+  auto set_seed = [&](std::uint64_t seed) { dev.set_schedule_seed(seed); };
+#else
+  const std::vector<std::uint64_t> seeds = {0};  // the GPU's own schedule
+  auto set_seed = [](std::uint64_t) {};
+#endif
+  std::vector<Result> plains;
+  for (const std::uint64_t seed : seeds) {
+    set_seed(seed);
+    plains.push_back(step("none"));
+    for (const char* strategy : {"none", "block", "selective"}) {
+      const bool same = same_bits(step(strategy), plains.back());
+      std::printf("  GPT step, head size 64, TF32, checkpoint %-9s vs none: %s\n", strategy,
+                  same ? "same bits" : "DIFFER");
+      check(same, "tensor-core attention: checkpointed (and repeated) steps give the plain step's bits");
+    }
+  }
+#if defined(REMAT_CUDA_EMULATION)
+  dev.set_schedule_seed(seed0);
+  check(same_bits(plains[0], plains[1]), "tensor-core attention: the same bits under two block schedules");
+#endif
+  Cuda::set_attention_path(cuda::AttentionPath::from_env);
+}
+
 #if defined(REMAT_CUDA_EMULATION)
 // Every __global__ kernel of include/remat/backend/cuda ran at least once in this process:
 // the emulation counts launches by name, the headers are read for the names.
 void test_every_kernel_ran() {
   std::set<std::string> declared, launched;
-  for (const char* f : {"memory.cuh", "pointwise.cuh", "colsum.cuh", "optim.cuh", "nn.cuh", "flash.cuh"}) {
+  for (const char* f : {"memory.cuh", "pointwise.cuh", "colsum.cuh", "optim.cuh", "nn.cuh", "flash.cuh",
+                        "flash_mma.cuh"}) {
     std::ifstream in(std::string(REMAT_CUDA_KERNEL_DIR) + "/" + f);
     check(bool(in), "the kernel headers are readable");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     for (std::size_t at = text.find("__global__ void "); at != std::string::npos;
          at = text.find("__global__ void ", at + 1)) {
-      std::size_t b = at + 16, e = b;
+      std::size_t b = at + 16;
+      if (text.compare(b, 17, "__launch_bounds__") == 0) b = text.find(')', b) + 1;
+      while (b < text.size() && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
+      std::size_t e = b;
       while (e < text.size() && (std::isalnum(static_cast<unsigned char>(text[e])) || text[e] == '_')) ++e;
       declared.insert(text.substr(b, e - b));
     }
@@ -750,6 +828,7 @@ int main() {
   section("clipping lists", test_clip_lists);
   section("gpt", test_gpt);
   section("checkpoint, unreached input", test_checkpoint_unreached_input);
+  section("tensor-core attention", test_mma_attention);
 #if defined(REMAT_CUDA_EMULATION)
   section("host round trips", test_host_round_trips);
   section("launches per step", test_launches_per_step);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,49 @@ __global__ void reverse_kernel(float* y, const float* x) {
   tile[threadIdx.x] = x[b * n + threadIdx.x];
   __syncthreads();
   y[b * n + threadIdx.x] = tile[n - 1 - threadIdx.x];
+}
+
+// One warp multiplies A (16 x 8, row-major) by B (8 x 8, row-major, k x n) onto C (16 x 8) with
+// mma.sync, each lane loading the fragments the PTX ISA assigns it (g = lane / 4, t = lane % 4).
+template <int = 0>
+__global__ void mma_kernel(float* d, const float* a, const float* b, const float* c, bool exit_one) {
+  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
+  if (exit_one && lane == 9) return;
+  const std::uint32_t fa[4] = {cuda::tf32_bits(a[g * 8 + t]), cuda::tf32_bits(a[(g + 8) * 8 + t]),
+                               cuda::tf32_bits(a[g * 8 + t + 4]), cuda::tf32_bits(a[(g + 8) * 8 + t + 4])};
+  const std::uint32_t fb[2] = {cuda::tf32_bits(b[t * 8 + g]), cuda::tf32_bits(b[(t + 4) * 8 + g])};
+  float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+  cuda::mma_tf32_m16n8k8(acc, fa, fb);
+  d[g * 8 + 2 * t] = acc[0];
+  d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2];
+  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+// 32 threads copy x (256 floats) into shared memory with cp.async, 16 bytes a copy, in two
+// groups (floats 0-127, then 128-255; the last thread's second copy zero-filled: valid false);
+// wait: 0 waits for all, 1 leaves the newest group in flight, -1 never waits. The tile holds
+// -1 before the copies; then block b writes y[256 b ..] = tile.
+template <int = 0>
+__global__ void cp_async_kernel(float* y, const float* x, int wait) {
+  __shared__ __align__(16) float tile[256];
+  const int i = static_cast<int>(threadIdx.x);
+  for (int k = i; k < 256; k += 32) tile[k] = -1.0f;
+  __syncthreads();
+  cuda::cp_async_16(tile + 4 * i, x + 4 * i, true);
+  cuda::cp_async_commit();
+  cuda::cp_async_16(tile + 128 + 4 * i, x + 128 + 4 * i, i != 31);
+  cuda::cp_async_commit();
+  if (wait == 0) cuda::cp_async_wait<0>();
+  if (wait == 1) cuda::cp_async_wait<1>();
+  __syncthreads();
+  for (int k = i; k < 256; k += 32) y[256 * blockIdx.x + k] = tile[k];
+}
+template <int = 0>
+__global__ void cp_async_misaligned_kernel(const float* x) {
+  __shared__ __align__(16) float tile[64];
+  cuda::cp_async_16(tile + 4 * threadIdx.x, x + 4 * threadIdx.x + 1, true);
+  cuda::cp_async_commit();
+  cuda::cp_async_wait<0>();
 }
 
 template <class Fn>
@@ -231,6 +275,84 @@ TEST_CASE("the emulation: shuffles and votes compute what CUDA's do", "[cuda][em
     CHECK(r[5] == 1.0f);
     CHECK(r[6] == 0.0f);
   }
+}
+
+TEST_CASE("the emulation: mma.sync multiplies the fragments of the PTX layout, with TF32 inputs", "[cuda][emulation]") {
+  std::vector<float> a(16 * 8), b(8 * 8), c(16 * 8);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = rng::normal(31, 1, i);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = rng::normal(32, 1, i);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = rng::normal(33, 1, i);
+  a[5] = 1.0f + 1.0f / 4096.0f;  // 2^-12 is below half of TF32's step (2^-10): rounds to 1
+  DeviceFloats da(a.size()), db(b.size()), dc(c.size()), dd(c.size());
+  Cuda::copy_from_host(da.p, a.data(), a.size() * 4);
+  Cuda::copy_from_host(db.p, b.data(), b.size() * 4);
+  Cuda::copy_from_host(dc.p, c.data(), c.size() * 4);
+  REMAT_CUDA_LAUNCH(mma_kernel<>, 1, 32, 0, stream(), dd.p, da.p, db.p, dc.p, false);
+  const auto d = dd.host();
+  auto tf32 = [](float x) {  // round to nearest, ties away, 10 mantissa bits
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x1000u) & ~0x1fffu;
+    std::memcpy(&x, &u, 4);
+    return x;
+  };
+  CHECK(tf32(a[5]) == 1.0f);
+  double worst = 0, worst_fp32 = 0;
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      double s = c[static_cast<std::size_t>(r * 8 + n)], s32 = s;
+      for (int k = 0; k < 8; ++k) {
+        s += double(tf32(a[static_cast<std::size_t>(r * 8 + k)])) * tf32(b[static_cast<std::size_t>(k * 8 + n)]);
+        s32 += double(a[static_cast<std::size_t>(r * 8 + k)]) * b[static_cast<std::size_t>(k * 8 + n)];
+      }
+      worst = std::max(worst, std::fabs(d[static_cast<std::size_t>(r * 8 + n)] - s));
+      worst_fp32 = std::max(worst_fp32, std::fabs(d[static_cast<std::size_t>(r * 8 + n)] - s32));
+    }
+  INFO("max |d - TF32 product| " << worst << ", max |d - fp32 product| " << worst_fp32);
+  CHECK(worst < 1e-5);        // the product of the TF32-rounded inputs, summed in fp32
+  CHECK(worst_fp32 > 1e-5);   // and not the fp32 product: the inputs were rounded
+  CHECK(worst_fp32 < 1e-2);
+  // a warp-wide instruction: a lane that exited leaves the others waiting, a fault
+  const std::string exited = fault_of([&] { REMAT_CUDA_LAUNCH(mma_kernel<>, 1, 32, 0, stream(), dd.p, da.p, db.p, dc.p, true); });
+  CHECK(exited.find("mma.sync") != std::string::npos);
+  CHECK(exited.find("lane 9 has exited") != std::string::npos);
+}
+
+TEST_CASE("the emulation: cp.async lands at cp.async.wait_group or at once, zero-fills, and wants aligned addresses", "[cuda][emulation]") {
+  const std::uint64_t seed = emu::device().schedule_seed();  // the fixed schedule (block parity)
+  emu::device().set_schedule_seed(0);
+  struct Restore {
+    std::uint64_t s;
+    ~Restore() { emu::device().set_schedule_seed(s); }
+  } restore{seed};
+  std::vector<float> x(256);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) + 1.0f;
+  DeviceFloats dx(256), dy(256);
+  Cuda::copy_from_host(dx.p, x.data(), 256 * 4);
+  REMAT_CUDA_LAUNCH(cp_async_kernel<>, 1, 32, 0, stream(), dy.p, dx.p, 0);
+  auto y = dy.host();
+  for (int i = 0; i < 256; ++i) {
+    INFO("float " << i);
+    CHECK(y[static_cast<std::size_t>(i)] == (i >= 252 ? 0.0f : x[static_cast<std::size_t>(i)]));
+  }
+  REMAT_CUDA_LAUNCH(cp_async_kernel<>, 1, 32, 0, stream(), dy.p, dx.p, 1);  // the newest group in flight
+  y = dy.host();
+  CHECK(y[0] == 1.0f);
+  CHECK(y[127] == 128.0f);
+  CHECK(y[128] == -1.0f);  // not landed yet
+  // No wait at all, two blocks: block 0 (lowest thread first) holds its copies back, block 1
+  // lands them at once; a kernel must be right at both ends (the emulation's schedule).
+  DeviceFloats dy2(512);
+  REMAT_CUDA_LAUNCH(cp_async_kernel<>, 2, 32, 0, stream(), dy2.p, dx.p, -1);
+  y = dy2.host();
+  CHECK(y[0] == -1.0f);
+  CHECK(y[255] == -1.0f);
+  CHECK(y[256] == 1.0f);
+  CHECK(y[256 + 251] == 252.0f);
+  CHECK(y[256 + 252] == 0.0f);
+  const std::string misaligned = fault_of([&] { REMAT_CUDA_LAUNCH(cp_async_misaligned_kernel<>, 1, 16, 0, stream(), dx.p); });
+  CHECK(misaligned.find("not aligned to 16 bytes") != std::string::npos);
+  INFO(misaligned);
 }
 
 TEST_CASE("the emulation: a write past a buffer's end or a host or freed pointer is a fault", "[cuda][emulation]") {

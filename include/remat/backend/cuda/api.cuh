@@ -7,6 +7,7 @@
 //   REMAT_CUDA_LAUNCH(kernel, grid, block, smem, stream, args...)   (launch.cuh: and checks)
 //   REMAT_UNROLL                      #pragma unroll for nvcc, nothing for a host compiler
 //   REMAT_DYNAMIC_SHARED(T, name);    extern __shared__ T name[] (dynamic shared memory)
+//   tf32_bits, mma_tf32_m16n8k8, cp_async_16, cp_async_commit, cp_async_wait  (ptx.cuh)
 
 #if defined(REMAT_CUDA_EMULATION)
 #include "remat/backend/cuda/emulation/cublas.hpp"
@@ -21,6 +22,8 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include "remat/backend/cuda/ptx.cuh"
 #define REMAT_CUDA_LAUNCH_ONLY(kernel, grid, block, smem, stream, ...) \
   kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
 #define REMAT_UNROLL _Pragma("unroll")

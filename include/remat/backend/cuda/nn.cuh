@@ -5,7 +5,8 @@
 // needs a reduction; column sums run one thread per column over the rows in order, so they
 // are deterministic (colsum.cuh). The embedding's scatter-add has no atomics either: each block
 // owns a range of the table's rows and sums their tokens in sequence order (NOTE [embedding backward]).
-// Attention is fused and tiled (flash.cuh) for head sizes up to 128; larger heads keep P like the CPU.
+// Attention is fused: on the tensor cores (flash_mma.cuh) for head sizes 64 and 128 with TF32 on,
+// else tiled on CUDA cores (flash.cuh) for head sizes up to 128; larger heads keep P like the CPU.
 
 #include <cfloat>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 
 #include "remat/backend/cuda/colsum.cuh"
 #include "remat/backend/cuda/flash.cuh"
+#include "remat/backend/cuda/flash_mma.cuh"
 #include "remat/backend/cuda/gemm.cuh"
 #include "remat/backend/cuda/launch.cuh"
 #include "remat/backend/cuda/memory.cuh"
@@ -422,10 +424,27 @@ struct CudaNn {
 
   // Attention: fused (flash.cuh) for head sizes up to 128, keeping lse (B H T floats);
   // else, or with REMAT_CUDA_ATTENTION=materialized, P (B H, T, T) is kept as on the CPU.
-  // The choice and the scratch sizes: CudaSizes (sizes.hpp).
+  // The choice and the scratch sizes: CudaSizes (sizes.hpp). Fused attention runs on the tensor
+  // cores where mma_fits (the same kept bytes; TF32, so Context::set_tf32(false) asks for the
+  // exact SIMT kernels).
+  static bool mma_fits(const AttentionLayout& L, const float* q, const float* k, const float* v) {
+    return Context::get().mma_attention() && mma_head_size(L.D) &&
+           mma_aligned(q, L.q_batch, L.q_head, L.q_row) &&
+           mma_aligned(k, L.q_batch, L.q_head, L.q_row) &&
+           mma_aligned(v, L.q_batch, L.q_head, L.q_row);
+  }
   static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
                                 const float* k, const float* v, float scale, bool causal) {
     const std::int64_t T = L.T, D = L.D, TT = T * T;
+    if (CudaSizes::flash(D) && mma_fits(L, q, k, v)) {  // NOTE [tensor-core attention]
+      if (D == 64)
+        REMAT_CUDA_LAUNCH(flash_mma_forward_kernel<64>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
+                          L, o, p, q, k, v, scale, causal);
+      else
+        REMAT_CUDA_LAUNCH(flash_mma_forward_kernel<128>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
+                          L, o, p, q, k, v, scale, causal);
+      return;
+    }
     if (CudaSizes::flash(D)) {  // NOTE [tiled attention] (flash.cuh)
       REMAT_CUDA_LAUNCH(flash_forward_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
                         L, o, p, q, k, v, scale, causal);
@@ -452,6 +471,20 @@ struct CudaNn {
       const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // B H T floats: delta
       float* delta = scratch.as<float>();
       if (!dq && !dk && !dv) return;
+      if (mma_fits(L, q, k, v) && mma_aligned(dout, L.o_batch, L.o_head, L.o_row)) {
+        if (D == 64) {
+          REMAT_CUDA_LAUNCH(flash_mma_dq_kernel<64>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
+                            L, dq, delta, dout, o, q, k, v, p, scale, causal, set_q);
+          if (dk || dv) REMAT_CUDA_LAUNCH(flash_mma_dkdv_kernel<64>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
+                            L, dk, dv, dout, q, k, v, p, delta, scale, causal, set_k, set_v);
+        } else {
+          REMAT_CUDA_LAUNCH(flash_mma_dq_kernel<128>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
+                            L, dq, delta, dout, o, q, k, v, p, scale, causal, set_q);
+          if (dk || dv) REMAT_CUDA_LAUNCH(flash_mma_dkdv_kernel<128>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
+                            L, dk, dv, dout, q, k, v, p, delta, scale, causal, set_k, set_v);
+        }
+        return;
+      }
       REMAT_CUDA_LAUNCH(flash_dq_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
                         L, dq, delta, dout, o, q, k, v, p, scale, causal, set_q);
       if (dk || dv) REMAT_CUDA_LAUNCH(flash_dkdv_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),

@@ -9,6 +9,14 @@
 //   once, is a KernelFault, never a hang.
 // - A warp shuffle or vote needs all 32 lanes of a full warp with a full mask, in the same
 //   intrinsic; a lane that exited, waits at a barrier, or a partial mask is a KernelFault.
+//   mma.sync (TF32 m16n8k8) is such an exchange too: the product is computed from the lanes'
+//   fragments in the PTX ISA's layout, so a fragment loaded from the wrong place gives a wrong
+//   product, as on the GPU.
+// - cp.async copies land at one of the two ends of their window: in blocks that run the lowest
+//   thread first they are held back until the thread's cp.async.wait_group retires their group
+//   (a tile read before the wait, or before the barrier after it, reads stale bytes); in the
+//   others they land at once (a buffer refilled before every warp is done with it is
+//   overwritten under the readers). With a schedule seed, per block at random too.
 // - The ready thread run next is the lowest-numbered one in even blocks and the highest in odd
 //   ones: one warp runs as far ahead as it can, so a missing barrier lets it overwrite (or
 //   read) shared memory before the other warps are done, as a real race could. The blocks of
@@ -16,9 +24,10 @@
 //   With a schedule seed (Device::set_schedule_seed, REMAT_CUDA_EMU_SEED) blocks run in a
 //   seeded random order and each block picks lowest- or highest-first at random: atomics then
 //   apply in an order a GPU could choose, so an order-dependent result differs between seeds.
-// - Static __shared__ memory is filled with 0xFF bytes (NaN) when a block starts (gcc and
-//   clang without ASan; under gcc's ASan the section is not kept and nothing is filled), the
-//   dynamic shared memory of each block too.
+// - Static __shared__ memory is filled with 0xFF bytes (NaN) when a block starts where the
+//   linker keeps its section: with clang. gcc ignores the section attribute on the statics of
+//   templates and inline functions (every kernel), so there the bounds are null and a block
+//   finds the previous block's bytes. The dynamic shared memory of each block is always NaN.
 // After each launch the caching allocator's guard bytes are checked (runtime.hpp), and before
 // it every pointer argument must point into device memory.
 
@@ -66,7 +75,7 @@ struct Site {
   }
 };
 
-enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, any, all };
+enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, any, all, mma };
 inline const char* warp_op_name(WarpOp k) {
   switch (k) {
     case WarpOp::shfl: return "__shfl_sync";
@@ -76,6 +85,7 @@ inline const char* warp_op_name(WarpOp k) {
     case WarpOp::ballot: return "__ballot_sync";
     case WarpOp::any: return "__any_sync";
     case WarpOp::all: return "__all_sync";
+    case WarpOp::mma: return "mma.sync.m16n8k8.tf32";
   }
   return "?";
 }
@@ -158,53 +168,85 @@ class BlockRunner {
   T warp(WarpOp op, Site site, unsigned mask, T value, int param, int width) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
                   "remat CUDA emulation: warp exchanges take scalars of at most 8 bytes");
-    const int t = current_, lane = t % 32;
-    Warp& w = warps_[static_cast<std::size_t>(t / 32)];
-    if (mask != 0xffffffffu)
-      fail(std::string(warp_op_name(op)) + " at " + site.str() + " with mask " + hex(mask) +
-           ": the emulation requires full warps (mask 0xffffffff)");
-    else if (w.size != 32)
-      fail(std::string(warp_op_name(op)) + " at " + site.str() + " in warp " +
-           std::to_string(t / 32) + " of only " + std::to_string(w.size) +
-           " threads: a full mask names lanes that do not exist (blockDim not a multiple of 32)");
-    else if (width < 1 || width > 32 || (width & (width - 1)) != 0)
-      fail(std::string(warp_op_name(op)) + " at " + site.str() + ": width " +
-           std::to_string(width) + " is not a power of two up to 32");
-    else if (w.arrived != 0 && (w.op != op || w.width != width))
-      fail("lane " + std::to_string(lane) + " of warp " + std::to_string(t / 32) + " is in " +
-           warp_op_name(op) + " at " + site.str() + " while other lanes wait in " +
-           warp_op_name(w.op) + " at " + w.site.str());
-    if (!fault_.empty()) leave_for_good();
-    if (w.arrived == 0) {
-      w.op = op;
-      w.site = site;
-      w.width = width;
-    }
+    const int lane = current_ % 32;
+    Warp& w = join(op, site, mask, width);
     std::uint64_t bits = 0;
     std::memcpy(&bits, &value, sizeof(T));
     w.values[lane] = bits;
     w.params[lane] = param;
-    w.arrived |= 1u << lane;
-    if (w.arrived != 0xffffffffu) {
-      Thread& th = self();
-      th.state = State::warp;
-      th.site = site;
-      leave();
-    } else {
-      complete(w, t / 32);
-    }
+    arrive(w, site);
     T r;
     std::memcpy(&r, &w.results[lane], sizeof(T));
     return r;
   }
 
+  /// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (d = A B + c): a warp-wide collective,
+  /// each lane holding its fragments as the PTX ISA lays them out ("Matrix fragments for
+  /// mma.m16n8k8", .tf32). Lane l, g = l / 4, t = l % 4:
+  ///   a: A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]     (A 16 x 8, row-major)
+  ///   b: B[t][g], B[t+4][g]                             (B 8 x 8, k x n)
+  ///   c, d: C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
+  /// Only the TF32 bits of a and b count (the low 13 bits are dropped, as the tensor cores do);
+  /// each d sums its 8 products in k order onto c, in fp32.
+  void mma_tf32(Site site, float* d, const std::uint32_t* a, const std::uint32_t* b,
+                const float* c) {
+    const int lane = current_ % 32;
+    Warp& w = join(WarpOp::mma, site, 0xffffffffu, 32);
+    std::memcpy(w.frag[lane], a, 4 * sizeof(std::uint32_t));
+    std::memcpy(w.frag[lane] + 4, b, 2 * sizeof(std::uint32_t));
+    std::memcpy(w.frag[lane] + 6, c, 4 * sizeof(float));
+    arrive(w, site);
+    std::memcpy(d, w.mma_d[lane], 4 * sizeof(float));
+  }
+
+  /// cp.async of `bytes` (4, 8 or 16) from global to shared memory, or zeros when !valid (a
+  /// source size of 0). It lands at once, or is held back until a cp.async.wait_group of this
+  /// thread retires its group, as the block's schedule says (the two ends of what a GPU may do).
+  void cp_async(void* dst, const void* src, int bytes, bool valid, Site site) {
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+      fail("cp.async at " + site.str() + " of " + std::to_string(bytes) + " bytes (4, 8 or 16)");
+    else if (reinterpret_cast<std::uintptr_t>(dst) % static_cast<unsigned>(bytes) != 0 ||
+             (valid && reinterpret_cast<std::uintptr_t>(src) % static_cast<unsigned>(bytes) != 0))
+      fail("cp.async at " + site.str() + " of " + std::to_string(bytes) +
+           " bytes from or to an address not aligned to " + std::to_string(bytes) + " bytes");
+    if (!fault_.empty()) leave_for_good();
+    PendingCopy c{dst, bytes, {}};
+    if (valid) std::memcpy(c.data, src, static_cast<std::size_t>(bytes));
+    if (lowest_first_)
+      self().open_copies.push_back(c);
+    else
+      std::memcpy(dst, c.data, static_cast<std::size_t>(bytes));
+  }
+  /// cp.async.commit_group: this thread's copies since the last commit form a group.
+  void cp_async_commit() {
+    Thread& th = self();
+    th.copy_groups.push_back(std::move(th.open_copies));
+    th.open_copies.clear();
+  }
+  /// cp.async.wait_group n: this thread's groups but the newest n land.
+  void cp_async_wait(int newest_left) {
+    Thread& th = self();
+    while (static_cast<int>(th.copy_groups.size()) > newest_left) {
+      for (const PendingCopy& c : th.copy_groups.front())
+        std::memcpy(c.dst, c.data, static_cast<std::size_t>(c.bytes));
+      th.copy_groups.erase(th.copy_groups.begin());
+    }
+  }
+
  private:
   enum class State : unsigned char { ready, running, barrier, warp, done };
+  struct PendingCopy {
+    void* dst;
+    int bytes;
+    unsigned char data[16];
+  };
   struct Thread {
     FiberContext ctx;
     State state = State::ready;
     Site site{"", 0};
     uint3 tid{0, 0, 0};
+    std::vector<PendingCopy> open_copies;  // cp.async not committed yet
+    std::vector<std::vector<PendingCopy>> copy_groups;  // committed, oldest first
   };
   struct Warp {
     int size = 32;
@@ -214,6 +256,8 @@ class BlockRunner {
     int width = 32;
     std::uint64_t values[32] = {}, results[32] = {};
     int params[32] = {};
+    std::uint32_t frag[32][10] = {};  // mma: a (4), b (2), c (4) of each lane
+    float mma_d[32][4] = {};
   };
 
   static std::string hex(unsigned v) {
@@ -291,6 +335,77 @@ class BlockRunner {
     r.leave_for_good();
   }
 
+  // A lane joins its warp's exchange `op` (the checks: full warp, full mask, the same op).
+  Warp& join(WarpOp op, Site site, unsigned mask, int width) {
+    const int t = current_, lane = t % 32;
+    Warp& w = warps_[static_cast<std::size_t>(t / 32)];
+    if (mask != 0xffffffffu)
+      fail(std::string(warp_op_name(op)) + " at " + site.str() + " with mask " + hex(mask) +
+           ": the emulation requires full warps (mask 0xffffffff)");
+    else if (w.size != 32)
+      fail(std::string(warp_op_name(op)) + " at " + site.str() + " in warp " +
+           std::to_string(t / 32) + " of only " + std::to_string(w.size) +
+           " threads: a full mask names lanes that do not exist (blockDim not a multiple of 32)");
+    else if (width < 1 || width > 32 || (width & (width - 1)) != 0)
+      fail(std::string(warp_op_name(op)) + " at " + site.str() + ": width " +
+           std::to_string(width) + " is not a power of two up to 32");
+    else if (w.arrived != 0 && (w.op != op || w.width != width))
+      fail("lane " + std::to_string(lane) + " of warp " + std::to_string(t / 32) + " is in " +
+           warp_op_name(op) + " at " + site.str() + " while other lanes wait in " +
+           warp_op_name(w.op) + " at " + w.site.str());
+    if (!fault_.empty()) leave_for_good();
+    if (w.arrived == 0) {
+      w.op = op;
+      w.site = site;
+      w.width = width;
+    }
+    return w;
+  }
+  // The lane has left its operands in w: it waits for the rest of the warp, or, as the last
+  // one, runs the exchange for all.
+  void arrive(Warp& w, Site site) {
+    const int t = current_;
+    w.arrived |= 1u << (t % 32);
+    if (w.arrived != 0xffffffffu) {
+      Thread& th = self();
+      th.state = State::warp;
+      th.site = site;
+      leave();
+    } else {
+      complete(w, t / 32);
+    }
+  }
+  static float tf32_input(std::uint32_t bits) {
+    bits &= ~0x1fffu;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  static void mma_complete(Warp& w) {
+    float A[16][8], B[8][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      const std::uint32_t* f = w.frag[l];
+      A[g][t] = tf32_input(f[0]);
+      A[g + 8][t] = tf32_input(f[1]);
+      A[g][t + 4] = tf32_input(f[2]);
+      A[g + 8][t + 4] = tf32_input(f[3]);
+      B[t][g] = tf32_input(f[4]);
+      B[t + 4][g] = tf32_input(f[5]);
+      std::memcpy(&C[g][2 * t], f + 6, 2 * sizeof(float));
+      std::memcpy(&C[g + 8][2 * t], f + 8, 2 * sizeof(float));
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        float s = C[row][col];
+        for (int k = 0; k < 8; ++k) s += A[row][k] * B[k][col];
+        w.mma_d[l][e] = s;
+      }
+    }
+  }
+
   void complete(Warp& w, int warp) {
     const int width = w.width, mask = width - 1;
     const int* p = w.params;
@@ -320,6 +435,9 @@ class BlockRunner {
           w.results[l] = w.op == WarpOp::ballot ? ballot
                          : w.op == WarpOp::any  ? (ballot != 0)
                                                 : (ballot == 0xffffffffu);
+        break;
+      case WarpOp::mma:
+        mma_complete(w);
         break;
     }
     w.arrived = 0;

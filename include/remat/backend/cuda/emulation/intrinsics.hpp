@@ -3,10 +3,13 @@
 // The device-side language of CUDA as host C++ for the emulation build: the qualifiers, the
 // built-in variables (threadIdx, ...: the running fiber's, grid.hpp), __syncthreads, warp
 // shuffles and votes (full-warp semantics, grid.hpp), atomics (fibers never run at once, so a
-// plain read-modify-write is atomic), fences (no-ops) and the math intrinsics the kernels call.
+// plain read-modify-write is atomic), fences (no-ops), the math intrinsics the kernels call,
+// and the tensor-core and async-copy seams of ptx.cuh: tf32_bits, mma_tf32_m16n8k8, cp_async,
+// cp_async_commit, cp_async_wait (grid.hpp models them).
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "remat/backend/cuda/emulation/grid.hpp"
 
@@ -15,6 +18,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 // Blocks run one at a time, so a function-static variable is shared by the block's threads.
 // One section holds them all, so that a block starts with them poisoned (grid.hpp).
 #define __shared__ static __attribute__((section("remat_emu_shared"), aligned(16)))
@@ -56,6 +60,34 @@ T* dynamic_shared() {
 }
 
 }  // namespace emu
+
+// The seams of ptx.cuh, emulated (the same names and meanings; see there).
+/// cvt.rna.tf32.f32: x rounded to TF32 (10 mantissa bits), to nearest, ties away from zero;
+/// the low 13 bits of the result are zero.
+inline std::uint32_t tf32_bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;
+  return u;
+}
+/// d += a b on the tensor cores (one warp, TF32 inputs, fp32 accumulators; grid.hpp).
+inline void mma_tf32_m16n8k8(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2],
+                             const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  const float c[4] = {d[0], d[1], d[2], d[3]};
+  emu::BlockRunner::get().mma_tf32(emu::Site{file, line}, d, a, b, c);
+}
+/// 16 bytes from global memory to shared memory, asynchronously; zeros when !valid.
+inline void cp_async_16(void* shared, const void* global, bool valid,
+                        const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  emu::BlockRunner::get().cp_async(shared, global, 16, valid, emu::Site{file, line});
+}
+inline void cp_async_commit() { emu::BlockRunner::get().cp_async_commit(); }
+/// Waits until at most `newest_left` of this thread's committed groups are in flight.
+template <int newest_left>
+inline void cp_async_wait() {
+  emu::BlockRunner::get().cp_async_wait(newest_left);
+}
+
 }  // namespace cuda
 }  // namespace remat
 
