@@ -12,6 +12,8 @@
 
 template <> void set_threads<Cpu>(int threads) { set_num_threads(threads); }
 template <> DeviceWork device_work<Cpu>() { return {}; }  // no device
+template <> void profile_begin<Cpu>() {}
+template <> std::vector<KernelTime> profile_end<Cpu>() { return {}; }
 template <> std::string backend_json<Cpu>() {
   // The arena (NOTE [CPU arena allocator]): cached and touched bytes now, the process-wide peak
   // of touched bytes, and the bytes its cap gave back and faulted in again; the step plan's

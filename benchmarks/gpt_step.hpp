@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include <remat/nn/gpt_plan.hpp>
+#include <remat/plan/roofline.hpp>
 
 #include "harness.hpp"
 
@@ -28,6 +29,28 @@ struct DeviceWork {
   std::map<std::string, std::int64_t> by_kernel;
 };
 template <class B> DeviceWork device_work();
+/// --profile: per-kernel device time (CUDA events around every launch and cuBLAS call,
+/// backend/cuda/profile.cuh). profile_begin turns it on; profile_end turns it off and returns
+/// what was recorded since, by name. No device: nothing.
+struct KernelTime {
+  std::string name;
+  std::int64_t calls = 0;
+  double seconds = 0.0;
+};
+template <class B> void profile_begin();
+template <class B> std::vector<KernelTime> profile_end();
+
+/// The kind of work a kernel or cuBLAS call does, from its name (backend/work.hpp's kinds).
+inline WorkKind kind_of_kernel(const std::string& k) {
+  auto has = [&](const char* w) { return k.find(w) != std::string::npos; };
+  if (has("cublas")) return WorkKind::gemm;
+  if (has("flash") || has("attention")) return WorkKind::attention;
+  if (has("layer_norm") || has("softmax")) return WorkKind::norm;
+  if (has("cross_entropy") || has("mean_kernel")) return WorkKind::loss;
+  if (has("embedding")) return WorkKind::embedding;
+  if (has("adamw") || has("sgd") || has("sum_squares") || has("scale")) return WorkKind::optimizer;
+  return WorkKind::pointwise;
+}
 
 /// The whole benchmark for backend B (Cpu here; Cuda in gpt_step_cuda.cu).
 template <class B>
@@ -38,6 +61,7 @@ int gpt_step_main(int argc, char** argv) {
   float lr = 1e-3f;
   std::string optimizer = "adamw", checkpoint = "none";
   bool print_segments = false, no_profile = false, plan_only = false, launch_table = false;
+  bool grad_hash = false, profile = false;
   app.add_option("--layers", layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d", d, "model width (n_embd)")->check(CLI::PositiveNumber);
   app.add_option("--heads", heads, "attention heads")->check(CLI::PositiveNumber);
@@ -56,6 +80,15 @@ int gpt_step_main(int argc, char** argv) {
   app.add_flag("--no-profile", no_profile, "plan budgets from FLOP counts instead of timing a block");
   app.add_flag("--launch-table", launch_table,
                "print the launches of one step per kernel to stderr (the CUDA emulation names them)");
+  app.add_flag("--grad-hash", grad_hash,
+               "before timing, one forward and backward per strategy at the initial weights: print "
+               "a hash of the loss and every parameter's gradient (grad_hash; equal on two runs and "
+               "for every strategy when the step is deterministic)");
+  app.add_flag("--profile", profile,
+               "time every kernel and cuBLAS call of the measured steps with CUDA events; print a "
+               "table per strategy to stderr (time per step by kernel, and by kind against the "
+               "estimator's FLOPs and bytes: achieved TFLOP/s, GB/s, share of the H200's roofs) "
+               "and the top kernels in the JSON (profiled steps are slower: time them apart)");
   app.add_flag("--plan-only", plan_only, "print the predicted peaks (and the smallest feasible "
                "budget) as JSON lines, without stepping");
   CLI11_PARSE(app, argc, argv);
@@ -100,6 +133,9 @@ int gpt_step_main(int argc, char** argv) {
       std::vector<SegmentStats> segments;  // its last step's ledger
       std::int64_t launches = -1, gemms = -1, host_waits = -1;  // its last measured step's
       std::map<std::string, std::int64_t> by_kernel;            // (forward, backward, optimizer)
+      std::string grad_hash;  // --grad-hash: FNV-1a of the loss's and the gradients' bits
+      Work work;              // the estimator's count of the step's FLOPs and bytes by kind
+      std::map<std::string, KernelTime> profile;  // --profile: summed over its measured steps
     };
     std::vector<Result> results;
     StepOptions so;
@@ -127,6 +163,7 @@ int gpt_step_main(int argc, char** argv) {
         }
         r.predicted_peak = est.peak();
         r.predicted_reserved = est.reserved_peak;
+        r.work = est.work;
         r.estimate_s = est.seconds;
       } else {
         REMAT_CHECK(!r.strategy.planned(), "gpt_step: ", r.name, " needs the estimator, which "
@@ -136,6 +173,51 @@ int gpt_step_main(int argc, char** argv) {
       if (comma == std::string::npos) break;
       at = comma + 1;
     }
+    // The CUDA backend (on a GPU or emulated): the step's predicted time on an H200 from the
+    // estimator's FLOP and byte counts and the launches counted here (plan/roofline.hpp).
+    const DeviceRoofline h200 = DeviceRoofline::h200();
+    const bool mma_attention = d % heads == 0 && (d / heads == 64 || d / heads == 128);
+    auto prediction_json = [&](const Result& r) -> std::string {
+      if (std::string(B::name) != "cuda" || r.work.total_flops() == 0 || r.launches < 0) return "";
+      const StepPrediction p = predict_step(r.work, r.launches, h200, mma_attention);
+      std::string j = ",\"predicted_h200_step_s\":" + std::to_string(p.total_s) +
+                      ",\"predicted_h200_tokens_per_s\":" + std::to_string(batch * seq / p.total_s) +
+                      ",\"predicted_h200_roofline_s\":" + std::to_string(p.roofline_s) +
+                      ",\"predicted_h200_launch_s\":" + std::to_string(p.launch_s) + ",\"work\":{";
+      for (int i = 0; i < kWorkKinds; ++i)
+        j += std::string(i ? "," : "") + "\"" + work_kind_name(static_cast<WorkKind>(i)) +
+             "\":{\"flops\":" + std::to_string(r.work.flops[i]) + ",\"bytes\":" +
+             std::to_string(r.work.bytes[i]) + ",\"predicted_s\":" + std::to_string(p.seconds[i]) +
+             ",\"memory_bound\":" + (p.memory_bound[i] ? "true" : "false") + "}";
+      return j + "}";
+    };
+    // --plan-only on the CUDA backend: launches per step depend on the layers, the ops and the
+    // strategy, not on d, T or V; count them on a small model with the same layers (two steps,
+    // the second counted), so the prediction holds at shapes the emulation could not step.
+    auto count_launches = [&](Result& r) {
+      nn::GPTConfig small = c;
+      // one head of the model's head size class: fused attention up to 128 (3 launches each way
+      // at any size), above it the materialized path (per batch row: batch 1 here undercounts)
+      small.n_head = 1;
+      small.n_embd = d / heads <= 128 ? 64 : d / heads;
+      small.vocab_size = 64;
+      small.block_size = 16;
+      small.checkpoint = r.strategy;
+      Tape<B> t2;
+      nn::GPT<B> m2(t2, small);
+      optim::AdamW<B> a2(m2.parameters(), {lr});
+      optim::SGD<B> s2(m2.parameters(), {lr, 0.9f});
+      const std::vector<std::int32_t> ids(16, 1);
+      for (int s = 0; s < 2; ++s) {
+        const DeviceWork w0 = device_work<B>();
+        const auto x2 = t2.tokens({1, 16}, ids), y2 = t2.tokens({1, 16}, ids);
+        if (optimizer == "adamw")
+          (void)gpt_train_step(m2, a2, x2, y2);
+        else
+          (void)gpt_train_step(m2, s2, x2, y2);
+        r.launches = device_work<B>().launches - w0.launches;
+      }
+    };
     if (plan_only) {  // what the estimator and the planner say, without stepping
       if constexpr (has_meta_twin_v<B>) {
         const auto any = nn::plan_checkpoint<B>(c, batch, seq, std::int64_t{1} << 60, so, {false, 1},
@@ -145,13 +227,41 @@ int gpt_step_main(int argc, char** argv) {
                     static_cast<long long>(any.leanest),
                     static_cast<long long>(model.num_parameters()), any.plan_s);
       }
-      for (const Result& r : results)
+      for (Result& r : results) {
+        if (std::string(B::name) == "cuda" && r.work.total_flops() > 0) count_launches(r);
         std::printf("{\"impl\":\"remat\",\"checkpoint\":\"%s\",\"predicted_peak_bytes\":%lld,"
-                    "\"predicted_reserved_bytes\":%lld,\"estimate_s\":%.6f,\"plan_segments\":%d}\n",
+                    "\"predicted_reserved_bytes\":%lld,\"estimate_s\":%.6f,\"plan_segments\":%d%s%s}\n",
                     r.name.c_str(), static_cast<long long>(r.predicted_peak),
-                    static_cast<long long>(r.predicted_reserved), r.estimate_s, r.plan_segments);
+                    static_cast<long long>(r.predicted_reserved), r.estimate_s, r.plan_segments,
+                    r.launches < 0 ? "" : (",\"launches_per_step\":" + std::to_string(r.launches)).c_str(),
+                    prediction_json(r).c_str());
+      }
       return 0;
     }
+    if (grad_hash)  // every strategy at the same (initial) weights: no optimizer step here
+      for (Result& r : results) {
+        StepScope<B> step_scope;
+        model.config.checkpoint = r.strategy;
+        auto loss = model.loss(idx, tgt);
+        tape.backward(loss);
+        std::uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+        auto mix = [&h](const void* data, std::size_t bytes) {
+          for (std::size_t i = 0; i < bytes; ++i) {
+            h ^= static_cast<const unsigned char*>(data)[i];
+            h *= 1099511628211ull;
+          }
+        };
+        const float l = loss.item();
+        mix(&l, sizeof l);
+        for (const auto& p : params) {
+          const auto g = p.grad().template to_vector<float>();
+          mix(g.data(), g.size() * sizeof(float));
+        }
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+        r.grad_hash = hex;
+        adamw.zero_grad();
+      }
     const int n = static_cast<int>(results.size());
     // The measured steps' span on the monotonic clock (benchmarks/profile_step.py keeps only
     // the perf samples inside it).
@@ -165,6 +275,7 @@ int gpt_step_main(int argc, char** argv) {
       reset_peak_memory<B>();
       const std::int64_t live0 = memory_stats<B>().live_total;
       const DeviceWork work0 = device_work<B>();
+      if (profile && measured) profile_begin<B>();
       const double t0 = remat_bench::now_s();
       if (s == warmup * n) measured_from = t0;
       auto loss = model.loss(idx, tgt);
@@ -180,6 +291,13 @@ int gpt_step_main(int argc, char** argv) {
       B::synchronize();  // a GPU step ends when its kernels do
       const double dt = remat_bench::now_s() - t0;
       measured_until = t0 + dt;
+      if (profile && measured)
+        for (const KernelTime& k : profile_end<B>()) {
+          KernelTime& into = r.profile[k.name];
+          into.name = k.name;
+          into.calls += k.calls;
+          into.seconds += k.seconds;
+        }
       const float l = loss.item();
       if (!r.seen) r.loss_first = l;
       r.seen = true;
@@ -203,6 +321,53 @@ int gpt_step_main(int argc, char** argv) {
         }
       }
     }
+    // --profile: the kernels by time per step, and by kind against the estimator's work
+    auto sorted_profile = [&](const Result& r) {
+      std::vector<KernelTime> v;
+      for (const auto& [name, k] : r.profile) v.push_back(k);
+      std::sort(v.begin(), v.end(), [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+      return v;
+    };
+    auto profile_json = [&](const Result& r) -> std::string {
+      if (r.profile.empty()) return "";
+      std::string j = ",\"profile\":[";
+      const auto v = sorted_profile(r);
+      for (std::size_t i = 0; i < v.size() && i < 40; ++i)
+        j += std::string(i ? "," : "") + "{\"name\":\"" + v[i].name + "\",\"calls_per_step\":" +
+             std::to_string(static_cast<double>(v[i].calls) / steps) + ",\"ms_per_step\":" +
+             std::to_string(1e3 * v[i].seconds / steps) + "}";
+      return j + "]";
+    };
+    auto print_profile = [&](const Result& r) {
+      const auto v = sorted_profile(r);
+      double total = 0;
+      double by_kind[kWorkKinds] = {};
+      for (const KernelTime& k : v) {
+        total += k.seconds;
+        by_kind[static_cast<int>(kind_of_kernel(k.name))] += k.seconds;
+      }
+      std::fprintf(stderr, "profile, checkpoint %s: %.3f ms of device time a step in %zu kernels "
+                   "and cuBLAS calls (events around each launch)\n  %9s %8s %6s  %s\n",
+                   r.name.c_str(), 1e3 * total / steps, v.size(), "ms/step", "calls", "share", "kernel");
+      for (const KernelTime& k : v)
+        std::fprintf(stderr, "  %9.3f %8.1f %5.1f%%  %s\n", 1e3 * k.seconds / steps,
+                     static_cast<double>(k.calls) / steps, total > 0 ? 100 * k.seconds / total : 0.0,
+                     k.name.c_str());
+      if (r.work.total_flops() == 0) return;
+      std::fprintf(stderr, "  by kind, against the estimator's work and %s's roofs:\n  %-10s %9s %9s %9s %9s %9s\n",
+                   h200.name.c_str(), "kind", "ms/step", "TFLOP/s", "GB/s", "%flops", "%bytes");
+      for (int i = 0; i < kWorkKinds; ++i) {
+        const double sec = by_kind[i] / steps;
+        if (sec <= 0) continue;
+        const double tf = r.work.flops[i] / sec / 1e12, gbs = r.work.bytes[i] / sec / 1e9;
+        const double roof = i == static_cast<int>(WorkKind::gemm) ||
+                                    (i == static_cast<int>(WorkKind::attention) && mma_attention)
+                                ? h200.tensor_flops : h200.simt_flops;
+        std::fprintf(stderr, "  %-10s %9.3f %9.2f %9.1f %8.1f%% %8.1f%%\n",
+                     work_kind_name(static_cast<WorkKind>(i)), 1e3 * sec, tf, gbs,
+                     100 * tf * 1e12 / roof, 100 * gbs * 1e9 / h200.bytes_per_s);
+      }
+    };
     for (const Result& r : results) {
       const auto t = remat_bench::summarize(r.times);
       std::printf(
@@ -215,7 +380,7 @@ int gpt_step_main(int argc, char** argv) {
           "\"peak_step_bytes\":%lld,\"peak_saved_bytes\":%lld,"
           "%s,\"rss_before_bytes\":%lld,\"rss_peak_bytes\":%lld,"
           "\"measured_from_s\":%.6f,\"measured_until_s\":%.6f,\"libs\":%s,\"memory\":%s,"
-          "\"segments\":%s%s}\n",
+          "\"segments\":%s%s%s%s}\n",
           B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab, r.name.c_str(),
           optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
@@ -229,7 +394,10 @@ int gpt_step_main(int argc, char** argv) {
           r.launches < 0 ? ""
                          : (",\"launches_per_step\":" + std::to_string(r.launches) +
                             ",\"gemms_per_step\":" + std::to_string(r.gemms) +
-                            ",\"host_waits_per_step\":" + std::to_string(r.host_waits)).c_str());
+                            ",\"host_waits_per_step\":" + std::to_string(r.host_waits)).c_str(),
+          r.grad_hash.empty() ? "" : (",\"grad_hash\":\"" + r.grad_hash + "\"").c_str(),
+          (prediction_json(r) + profile_json(r)).c_str());
+      if (!r.profile.empty()) print_profile(r);
       if (launch_table && !r.by_kernel.empty()) {
         std::vector<std::pair<std::int64_t, std::string>> rows;
         for (const auto& [k, c] : r.by_kernel) rows.push_back({c, k});
@@ -238,6 +406,19 @@ int gpt_step_main(int argc, char** argv) {
                      "host waits %lld):\n", r.name.c_str(), static_cast<long long>(r.launches - r.gemms),
                      static_cast<long long>(r.gemms), static_cast<long long>(r.host_waits));
         for (const auto& [c, k] : rows) std::fprintf(stderr, "  %6lld  %s\n", static_cast<long long>(c), k.c_str());
+        if (!prediction_json(r).empty()) {
+          const StepPrediction p = predict_step(r.work, r.launches, h200, mma_attention);
+          std::fprintf(stderr, "predicted on %s, checkpoint %s (attention on %s): %.2f ms "
+                       "(the roofline's floor %.2f ms)\n  %-10s %10s %10s %9s  %s\n",
+                       h200.name.c_str(), r.name.c_str(), mma_attention ? "tensor cores" : "CUDA cores",
+                       1e3 * p.total_s, 1e3 * p.roofline_s, "kind", "GFLOP", "GB", "ms", "bound by");
+          for (int i = 0; i < kWorkKinds; ++i)
+            std::fprintf(stderr, "  %-10s %10.2f %10.3f %9.3f  %s\n", work_kind_name(static_cast<WorkKind>(i)),
+                         r.work.flops[i] / 1e9, r.work.bytes[i] / 1e9, 1e3 * p.seconds[i],
+                         p.memory_bound[i] ? "memory" : "arithmetic");
+          std::fprintf(stderr, "  %-10s %10lld %10s %9.3f\n", "launches", static_cast<long long>(r.launches), "",
+                       1e3 * p.launch_s);
+        }
       }
     }
     if (print_segments) std::fprintf(stderr, "%s", segment_table(tape).c_str());

@@ -10,6 +10,8 @@
 // measured step: forward, backward, optimizer), gemms_per_step and host_waits_per_step. Built
 // against the CUDA emulation it is gpt_step_emulated: the same program on the CPU, which times
 // nothing of a GPU but counts the same launches (--launch-table lists them per kernel).
+// --profile times every kernel and cuBLAS call with CUDA events (profile.cuh) and prints the
+// table by kernel and by kind (achieved TFLOP/s and GB/s against the estimator's counts).
 
 #include <remat/cuda.hpp>
 #include <remat/nn/gpt.hpp>
@@ -31,6 +33,17 @@ template <> DeviceWork device_work<Cuda>() {
   w.by_kernel = cuda::emu::device().launches_by_kernel();  // kernels by name (cuBLAS apart)
 #endif
   return w;
+}
+
+template <> void profile_begin<Cuda>() {
+  cuda::Profiler::get().clear();
+  cuda::Profiler::get().set_enabled(true);
+}
+template <> std::vector<KernelTime> profile_end<Cuda>() {
+  cuda::Profiler::get().set_enabled(false);
+  std::vector<KernelTime> out;
+  for (const cuda::ProfileEntry& e : cuda::Profiler::get().collect()) out.push_back({e.name, e.calls, e.seconds});
+  return out;
 }
 
 int main(int argc, char** argv) {

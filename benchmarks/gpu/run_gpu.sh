@@ -5,8 +5,9 @@
 #
 #   bash benchmarks/gpu/run_gpu.sh OUTDIR [BUDGET_SECONDS]     (budget default 420)
 #
-# It leaves three files in OUTDIR, whatever happens: summary.md, run.log and results.tar.gz
-# (every step's own log and JSON, machine.txt). Every step runs under a timeout cut to what is
+# It leaves four files in OUTDIR, whatever happens: summary.md, summary.json (one object per
+# timed run: impl, checkpoint, seq, batch, tokens_per_s, step_s, reserved_bytes, peak_bytes),
+# run.log and results.tar.gz (every step's own log and JSON, machine.txt). Every step runs under a timeout cut to what is
 # left of the budget, so the whole run ends inside it; a failing step prints the tail of its log
 # to stdout and the run goes on to the next. The build never uses -Werror (an unknown host
 # compiler must not stop the run). Exit status: the GPU tests' (or the build's, if it failed).
@@ -61,7 +62,7 @@ step() {
 finish() {
   local rc=$1
   cp "$OUT/run.log" "$RAW/run.log"
-  python3 benchmarks/gpu/summarize.py "$RAW" "$rc" > "$OUT/summary.md" 2>> "$OUT/run.log" \
+  python3 benchmarks/gpu/summarize.py "$RAW" "$rc" "$OUT/summary.json" > "$OUT/summary.md" 2>> "$OUT/run.log" \
     || echo "# GPU run: summarize.py failed; see run.log and results.tar.gz" > "$OUT/summary.md"
   cat "$OUT/summary.md"
   cp "$OUT/run.log" "$RAW/run.log"
@@ -84,22 +85,36 @@ rc=$?
 log "GPU tests exit code $rc"
 
 # GPT-2 124M shapes: L=12 d=768 heads=12 seq=1024 batch 8 vocab 50257, fp32 with TF32 GEMMs
+# (and TF32 tensor-core attention). --grad-hash: each strategy's loss and gradients at the
+# initial weights, hashed; a second process repeats none and block: determinism on the device
+# (two runs, and checkpointed = plain, bit for bit).
 gpt2=(--layers 12 --d 768 --heads 12 --seq 1024 --batch 8 --vocab 50257)
 step remat_gpt2 150 remat_gpt2_124m.jsonl "$STEP_BIN" "${gpt2[@]}" \
-  --steps 10 --warmup 2 --checkpoint none,block,selective
+  --steps 10 --warmup 2 --checkpoint none,block,selective --grad-hash
+step remat_gpt2_repeat 60 remat_gpt2_124m_repeat.jsonl "$STEP_BIN" "${gpt2[@]}" \
+  --steps 1 --warmup 0 --checkpoint none,block --grad-hash
+# where the step's time goes: CUDA events around every kernel and cuBLAS call (slower steps,
+# so timed apart from the runs above); the table by kernel and by kind is in the step's log
+step remat_profile 90 remat_profile.jsonl "$STEP_BIN" "${gpt2[@]}" \
+  --steps 3 --warmup 1 --checkpoint none,block --profile
+# PyTorch as a user would run it (sdpa + fused AdamW: torch_gpt_step.py's default on CUDA) and
+# with eager attention (the (B, H, T, T) matrix; the 2026-11-30 baseline)
 for ck in none block; do
   step "torch_gpt2_$ck" 90 "torch_gpt2_124m_$ck.json" python3 benchmarks/torch_gpt_step.py --device cuda \
     "${gpt2[@]}" --steps 10 --warmup 3 --checkpoint "$ck"
+  step "torch_gpt2_eager_$ck" 90 "torch_gpt2_124m_eager_$ck.json" python3 benchmarks/torch_gpt_step.py \
+    --device cuda "${gpt2[@]}" --steps 10 --warmup 3 --checkpoint "$ck" --attention eager
 done
 # attention alone, forward and backward (issue 12's target: PyTorch eager's time at T 1024 and
 # 4096), batch 8, 12 heads of 64, causal
 attn=(--batch 8 --heads 12 --seq 1024,4096 --d 64 --steps 5 --warmup 2)
 step remat_attention 90 remat_attention.jsonl "$ATTN_BIN" "${attn[@]}"
 step torch_attention 90 torch_attention.jsonl python3 benchmarks/torch_attention.py --device cuda "${attn[@]}"
-# the attention's memory and time against sequence length (batch 1, no checkpointing)
+# the attention's memory and time against sequence length (batch 1; PyTorch without
+# checkpointing)
 for seq in 1024 4096; do
   step "remat_seq$seq" 60 "remat_seq$seq.jsonl" "$STEP_BIN" --layers 12 --d 768 \
-    --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none
+    --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none,block,selective
   step "torch_seq$seq" 60 "torch_seq$seq.json" python3 benchmarks/torch_gpt_step.py --device cuda \
     --layers 12 --d 768 --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none
 done

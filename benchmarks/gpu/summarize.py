@@ -1,7 +1,9 @@
 """Summarizes a run_gpu.sh raw folder as markdown: which steps passed, the GPU tests' result, then
 tokens/s, the ledger's peak, reserved bytes (ours against the estimate) and PyTorch's allocated and
 reserved peaks at GPT-2 124M shapes, and the attention's memory against sequence length.
-    python3 benchmarks/gpu/summarize.py RAWDIR [TESTS_EXIT_CODE] > summary.md
+    python3 benchmarks/gpu/summarize.py RAWDIR [TESTS_EXIT_CODE [SUMMARY_JSON]] > summary.md
+SUMMARY_JSON (when given) gets one object per timed run: impl, checkpoint, seq, batch, tokens_per_s,
+step_s, reserved_bytes, peak_bytes (a JSON list, empty when nothing ran).
 Missing or broken files show as missing rows, never as a crash: the summary must always come back.
 """
 import json
@@ -76,10 +78,45 @@ for d in rows("remat_gpt2_124m.jsonl"):
         gib(d.get("peak_reserved_bytes")), gib(d.get("predicted_reserved_bytes")),
         d.get("launches_per_step", "-"), d.get("host_waits_per_step", "-")))
 for ck in ("none", "block"):
-    for d in rows("torch_gpt2_124m_%s.json" % ck):
-        print("| PyTorch %s | %s | %.0f | %.4f | %s | %s | - | - | - |" % (
-            d.get("torch_version"), ck, d.get("tokens_per_s", 0), d.get("step_s", 0),
-            gib(d.get("cuda_max_memory_allocated_bytes")), gib(d.get("cuda_max_memory_reserved_bytes"))))
+    for name in ("torch_gpt2_124m_%s.json" % ck, "torch_gpt2_124m_eager_%s.json" % ck):
+        for d in rows(name):
+            print("| PyTorch %s, %s attention%s | %s | %.0f | %.4f | %s | %s | - | - | - |" % (
+                d.get("torch_version"), d.get("attention", "?"),
+                ", fused AdamW" if d.get("fused_adamw") else "", ck, d.get("tokens_per_s", 0),
+                d.get("step_s", 0), gib(d.get("cuda_max_memory_allocated_bytes")),
+                gib(d.get("cuda_max_memory_reserved_bytes"))))
+
+print("\n## Determinism on the device\n")
+print("Each strategy's loss and gradients (wte's included) at the initial weights, hashed "
+      "(gpt_step_cuda --grad-hash), in two processes: every hash must be the same.\n")
+hashes = [(f, d.get("checkpoint"), d.get("grad_hash")) for f in
+          ("remat_gpt2_124m.jsonl", "remat_gpt2_124m_repeat.jsonl") for d in rows(f) if d.get("grad_hash")]
+if not hashes:
+    print("(no hashes: the runs failed or were skipped, see Steps)")
+else:
+    print("| run | checkpoint | hash |")
+    print("|---|---|---|")
+    for f, ck, h in hashes:
+        print("| %s | %s | %s |" % ("repeat" if "repeat" in f else "first", ck, h))
+    print("\n%s" % ("All the same: deterministic, checkpointed = plain bit for bit."
+                    if len(set(h for _, _, h in hashes)) == 1 else "**The hashes differ.**"))
+
+print("\n## Profile (GPT-2 124M, B8 T1024; CUDA events around each launch)\n")
+prof = rows("remat_profile.jsonl")
+if not prof:
+    print("(no profile: the step failed or was skipped, see Steps)")
+for d in prof:
+    print("%s: %.1f ms a step profiled (%.1f ms of device time in kernels)\n" % (
+        d.get("checkpoint"), 1e3 * d.get("step_s", 0), sum(k.get("ms_per_step", 0) for k in d.get("profile", []))))
+    print("| ms/step | calls/step | kernel |")
+    print("|---|---|---|")
+    for k in d.get("profile", [])[:20]:
+        print("| %.3f | %.1f | %s |" % (k.get("ms_per_step", 0), k.get("calls_per_step", 0), k.get("name")))
+    print()
+kinds = [l for l in text("remat_profile.log").splitlines() if l.startswith("  by kind") or
+         re.match(r"^  (kind|gemm|attention|norm|pointwise|loss|embedding|optimizer) ", l)]
+if kinds:
+    print("By kind, against the estimator's FLOPs and bytes (from the step's log):\n\n```\n" + "\n".join(kinds) + "\n```")
 
 print("\n## Attention alone (forward + backward, batch 8, 12 heads of 64, causal)\n")
 print("Issue 12's target: remat's fused attention at least as fast as PyTorch eager (the T x T "
@@ -95,16 +132,36 @@ for d in att:
         d.get("path"), d.get("seq"), 1e3 * d.get("fwd_bwd_s", 0), gib(d.get("peak_bytes"))))
 
 print("\n## Sequence length (batch 1, no checkpointing)\n")
-print("| impl | seq | tokens/s | peak GiB | reserved GiB |")
-print("|---|---|---|---|---|")
+print("| impl | checkpoint | seq | tokens/s | peak GiB | reserved GiB |")
+print("|---|---|---|---|---|---|")
 if not any(rows("%s_seq%d.%s" % (i, s, e)) for i, e in (("remat", "jsonl"), ("torch", "json"))
            for s in (1024, 4096)):
-    print("| (no results: every step of this table failed or was skipped, see Steps) | | | | |")
+    print("| (no results: every step of this table failed or was skipped, see Steps) | | | | | |")
 for seq in (1024, 4096):
     for d in rows("remat_seq%d.jsonl" % seq):
-        print("| remat | %d | %.0f | %s | %s |" % (seq, d.get("tokens_per_s", 0), gib(d.get("peak_bytes")),
-                                                 gib(d.get("peak_reserved_bytes"))))
+        print("| remat | %s | %d | %.0f | %s | %s |" % (d.get("checkpoint"), seq, d.get("tokens_per_s", 0),
+                                                      gib(d.get("peak_bytes")), gib(d.get("peak_reserved_bytes"))))
     for d in rows("torch_seq%d.json" % seq):
-        print("| PyTorch | %d | %.0f | %s | %s |" % (seq, d.get("tokens_per_s", 0),
-                                                   gib(d.get("cuda_max_memory_allocated_bytes")),
-                                                   gib(d.get("cuda_max_memory_reserved_bytes"))))
+        print("| PyTorch %s | none | %d | %.0f | %s | %s |" % (
+            d.get("attention", "?"), seq, d.get("tokens_per_s", 0),
+            gib(d.get("cuda_max_memory_allocated_bytes")), gib(d.get("cuda_max_memory_reserved_bytes"))))
+
+# summary.json: one object per timed run, remat's and PyTorch's alike
+if len(sys.argv) > 3:
+    runs = []
+    for f in ("remat_gpt2_124m.jsonl", "remat_seq1024.jsonl", "remat_seq4096.jsonl"):
+        for d in rows(f):
+            runs.append({"impl": "remat", "checkpoint": d.get("checkpoint"), "seq": d.get("seq"),
+                         "batch": d.get("batch"), "tokens_per_s": d.get("tokens_per_s"),
+                         "step_s": d.get("step_s"), "reserved_bytes": d.get("peak_reserved_bytes"),
+                         "peak_bytes": d.get("peak_bytes")})
+    for f in ("torch_gpt2_124m_none.json", "torch_gpt2_124m_block.json", "torch_gpt2_124m_eager_none.json",
+              "torch_gpt2_124m_eager_block.json", "torch_seq1024.json", "torch_seq4096.json"):
+        for d in rows(f):
+            runs.append({"impl": "torch-%s%s" % (d.get("attention", "?"), "-fused-adamw" if d.get("fused_adamw") else ""),
+                         "checkpoint": d.get("checkpoint"), "seq": d.get("seq"), "batch": d.get("batch"),
+                         "tokens_per_s": d.get("tokens_per_s"), "step_s": d.get("step_s"),
+                         "reserved_bytes": d.get("cuda_max_memory_reserved_bytes"),
+                         "peak_bytes": d.get("cuda_max_memory_allocated_bytes")})
+    with open(sys.argv[3], "w") as f:
+        json.dump(runs, f, indent=1)

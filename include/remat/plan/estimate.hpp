@@ -67,6 +67,9 @@ struct StepEstimate {
   std::int64_t reserved_first = 0;
   std::int64_t reserved_peak = 0;
   double seconds = 0.0;  // time the estimate took
+  // What the second step's kernels ask of the device (FLOPs and compulsory bytes by kind,
+  // backend/work.hpp): plan/roofline.hpp predicts its time on a GPU from it.
+  Work work;
   std::int64_t peak() const noexcept { return step.peak_total; }
 };
 
@@ -115,8 +118,10 @@ StepEstimate estimate_gpt_step(const nn::GPTConfig& c, std::int64_t batch, std::
     est.first = memory_stats<M>();
     est.reserved_first = static_cast<std::int64_t>(M::peak_reserved_bytes());
     reset_peak_memory<M>();
+    M::reset_work();
     one_step();
     est.step = memory_stats<M>();
+    est.work = M::work();
     if (M::models_reserved) one_step();  // the pool settles (StepEstimate::reserved_peak)
     est.reserved_peak = static_cast<std::int64_t>(M::peak_reserved_bytes());
   };

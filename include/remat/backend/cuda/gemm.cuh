@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "remat/backend/cuda/context.cuh"
 #include "remat/backend/cuda/launch.cuh"
@@ -15,12 +16,18 @@ namespace remat {
 namespace cuda {
 
 struct CudaGemm {
+  // the profile's name of a cuBLAS call (profile.cuh): routine and shape
+  static std::string shape_name(const char* routine, std::int64_t m, std::int64_t n, std::int64_t k) {
+    return std::string(routine) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+  }
+
   /// C (M, N) = alpha op(A) op(B) + beta C, all row-major (as Cpu::gemm).
   static void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                    const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
                    float* c, std::int64_t ldc) {
     if (M == 0 || N == 0) return;
     device_counters().gemms.fetch_add(1, std::memory_order_relaxed);
+    const ProfileScope profile(Context::get().stream(), [&] { return shape_name("cublasSgemm", M, N, K); });
     REMAT_CUBLAS_CHECK(cublasSgemm(Context::get().cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
                                    static_cast<int>(M), static_cast<int>(K), &alpha, b,
@@ -49,6 +56,9 @@ struct CudaGemm {
                                                       &bias, sizeof bias));
     const float alpha = 1.0f;
     device_counters().gemms.fetch_add(1, std::memory_order_relaxed);
+    const ProfileScope profile(ctx.stream(), [&] {
+      return shape_name("cublasLtMatmul", m, n, k) + " epilogue " + std::to_string(static_cast<int>(epilogue));
+    });
     REMAT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D,
                                       plan.d, D, plan.d, &plan.algo, workspace, ws, ctx.stream()));
     return true;
@@ -66,6 +76,9 @@ struct CudaGemm {
       return;
     }
     device_counters().gemms.fetch_add(1, std::memory_order_relaxed);
+    const ProfileScope profile(Context::get().stream(), [&] {
+      return shape_name("cublasSgemmStridedBatched", M, N, K) + " x" + std::to_string(batch);
+    });
     REMAT_CUBLAS_CHECK(cublasSgemmStridedBatched(
         Context::get().cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
         static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b,

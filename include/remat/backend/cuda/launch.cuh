@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "remat/backend/cuda/error.cuh"
+#include "remat/backend/cuda/profile.cuh"
 
 namespace remat {
 namespace cuda {
@@ -64,9 +65,11 @@ inline void check_launch(const char* kernel, const char* file, int line) {
 }  // namespace cuda
 }  // namespace remat
 
-/// Launches a kernel and checks the launch (and, with the sync check on, its run).
+/// Launches a kernel and checks the launch (and, with the sync check on, its run); with the
+/// profile on (profile.cuh), between two events named after the kernel.
 #define REMAT_CUDA_LAUNCH(kernel, grid, block, smem, stream, ...)                     \
   do {                                                                                \
+    const ::remat::cuda::ProfileScope remat_profile_(stream, [] { return std::string(#kernel); }); \
     REMAT_CUDA_LAUNCH_ONLY(kernel, grid, block, smem, stream, __VA_ARGS__);           \
     ::remat::cuda::check_launch(#kernel, __FILE__, __LINE__);                         \
   } while (0)
