@@ -79,6 +79,34 @@ __device__ inline void stream_tile(float* tile, const float* base, std::int64_t 
     cp_async_16(tile + r * MmaTile<D>::stride + col, ok ? base + (first + r) * stride + col : base, ok);
   }
 }
+// The K/V pipeline of forward and dq (NOTE [tensor-core attention]): key tiles of one
+// (batch, head) into two buffers, keys at or past `keys` zero. The whole block calls start()
+// once, then arrive(it) at the top of each tile's turn: it starts copying tile it + 1 into the
+// other buffer, waits for tile it's own copies, synchronizes the block and returns tile it's
+// buffer. The caller synchronizes again after its work on the buffer, before the next arrive
+// refills it.
+template <int D>
+struct KvTiles {
+  float (*kv)[2][MmaTile<D>::floats];  // [buffer][K, V]
+  const float *k, *v;                  // the (batch, head)'s rows
+  std::int64_t stride, keys;
+  __device__ void load(int buf, std::int64_t first) const {
+    stream_tile<D>(kv[buf][0], k, stride, first, keys);
+    stream_tile<D>(kv[buf][1], v, stride, first, keys);
+  }
+  __device__ void start() const {
+    load(0, 0);
+    cp_async_commit();
+  }
+  __device__ int arrive(std::int64_t it, std::int64_t tiles) const {
+    const int buf = static_cast<int>(it & 1);
+    if (it + 1 < tiles) load(buf ^ 1, (it + 1) * MmaTile<D>::rows);
+    cp_async_commit();
+    cp_async_wait<1>();  // tile it's copies (the older group) have landed
+    __syncthreads();     // ... every thread's
+    return buf;
+  }
+};
 // A fragments (TF32) of rows r0 .. r0 + 15 of a (batch, head)'s matrix at base: a[kk] covers
 // columns 8 kk .. 8 kk + 7 (layout: BlockRunner::mma_tf32). Rows at or past T are zeros.
 template <int D>
@@ -198,18 +226,10 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (l: this lane's part)
   const std::int64_t keys = causal ? min64(i0 + kMmaRows, L.T) : L.T;  // the block's keys
   const std::int64_t tiles = (keys + R - 1) / R;
-  stream_tile<D>(kv[0][0], k + qo, L.q_row, 0, keys);
-  stream_tile<D>(kv[0][1], v + qo, L.q_row, 0, keys);
-  cp_async_commit();
+  KvTiles<D> kt{kv, k + qo, v + qo, L.q_row, keys};
+  kt.start();
   for (std::int64_t it = 0; it < tiles; ++it) {
-    const int buf = static_cast<int>(it & 1);
-    if (it + 1 < tiles) {
-      stream_tile<D>(kv[buf ^ 1][0], k + qo, L.q_row, (it + 1) * R, keys);
-      stream_tile<D>(kv[buf ^ 1][1], v + qo, L.q_row, (it + 1) * R, keys);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();  // this tile's copies (the older group) have landed
-    __syncthreads();     // ... every thread's
+    const int buf = kt.arrive(it, tiles);
     const std::int64_t j0 = it * R;
     if (!causal || j0 <= r0 + 15) {  // one of the warp's rows sees a key of the tile
       float s[R / 8][4];
@@ -287,18 +307,10 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   float acc[D / 8][4] = {};
   const std::int64_t keys = causal ? min64(i0 + kMmaRows, L.T) : L.T;
   const std::int64_t tiles = (keys + R - 1) / R;
-  stream_tile<D>(kv[0][0], k + qo, L.q_row, 0, keys);
-  stream_tile<D>(kv[0][1], v + qo, L.q_row, 0, keys);
-  cp_async_commit();
+  KvTiles<D> kt{kv, k + qo, v + qo, L.q_row, keys};
+  kt.start();
   for (std::int64_t it = 0; it < tiles; ++it) {
-    const int buf = static_cast<int>(it & 1);
-    if (it + 1 < tiles) {
-      stream_tile<D>(kv[buf ^ 1][0], k + qo, L.q_row, (it + 1) * R, keys);
-      stream_tile<D>(kv[buf ^ 1][1], v + qo, L.q_row, (it + 1) * R, keys);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
+    const int buf = kt.arrive(it, tiles);
     const std::int64_t j0 = it * R;
     if (!causal || j0 <= r0 + 15) {
       float s[R / 8][4], dp[R / 8][4];
