@@ -164,6 +164,14 @@ __global__ void cp_async_misaligned_kernel(const float* x) {
   cuda::cp_async_wait<0>();
 }
 
+// The emulation's fixed schedule for one test (block parity decides the order of its threads
+// and when cp.async lands), whatever REMAT_CUDA_EMU_SEED says for the run.
+struct FixedSchedule {
+  std::uint64_t before = emu::device().schedule_seed();
+  FixedSchedule() { emu::device().set_schedule_seed(0); }
+  ~FixedSchedule() { emu::device().set_schedule_seed(before); }
+};
+
 template <class Fn>
 std::string fault_of(Fn fn) {
   try {
@@ -177,6 +185,7 @@ std::string fault_of(Fn fn) {
 }  // namespace
 
 TEST_CASE("the emulation: a missing __syncthreads in a shared-memory reduction gives a wrong sum", "[cuda][emulation]") {
+  const FixedSchedule fixed;  // block 0 runs its lowest thread first
   std::vector<float> h(256);
   for (int i = 0; i < 256; ++i) h[static_cast<std::size_t>(i)] = static_cast<float>(i % 7);
   double want = 0;
@@ -319,12 +328,7 @@ TEST_CASE("the emulation: mma.sync multiplies the fragments of the PTX layout, w
 }
 
 TEST_CASE("the emulation: cp.async lands at cp.async.wait_group or at once, zero-fills, and wants aligned addresses", "[cuda][emulation]") {
-  const std::uint64_t seed = emu::device().schedule_seed();  // the fixed schedule (block parity)
-  emu::device().set_schedule_seed(0);
-  struct Restore {
-    std::uint64_t s;
-    ~Restore() { emu::device().set_schedule_seed(s); }
-  } restore{seed};
+  const FixedSchedule fixed;  // block 0 holds its copies back, block 1 lands them at once
   std::vector<float> x(256);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) + 1.0f;
   DeviceFloats dx(256), dy(256);
