@@ -8,6 +8,10 @@
 //   build/benchmarks/attention_cuda --batch 8 --heads 12 --seq 1024,4096 --d 64
 //   REMAT_CUDA_ATTENTION=materialized build/benchmarks/attention_cuda ...   (P kept, cuBLAS)
 //
+// --tf32 on,off (the default) runs each length twice: with TF32 on, head sizes 64 and 128 take
+// the tensor-core kernels (path "fused-tensor-cores", flash_mma.cuh), with it off the exact
+// fp32 kernels on the CUDA cores ("fused-cuda-cores", flash.cuh).
+//
 // Compiled as host C++ against the CUDA emulation it is attention_cuda_emulated, which ctest
 // runs at a tiny size (the benchmark's own logic; the emulation times nothing of a GPU).
 
@@ -34,6 +38,7 @@ int main(int argc, char** argv) {
   int batch = 8, heads = 12, d = 64, steps = 10, warmup = 3;
   std::string seqs = "1024,4096";
   bool full = false;
+  std::string tf32 = "on,off";
   app.add_option("--batch", batch, "batch")->check(CLI::PositiveNumber);
   app.add_option("--heads", heads, "heads")->check(CLI::PositiveNumber);
   app.add_option("--d", d, "head size")->check(CLI::PositiveNumber);
@@ -41,16 +46,32 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "measured steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "unmeasured steps first")->check(CLI::NonNegativeNumber);
   app.add_flag("--full", full, "no causal mask");
+  app.add_option("--tf32", tf32, "on, off or both (a comma list): TF32 (tensor cores) or exact fp32");
   CLI11_PARSE(app, argc, argv);
   if (!cuda::device_available()) {
     std::fprintf(stderr, "attention_cuda: no CUDA device\n");
     return 77;
   }
   try {
+    std::vector<bool> modes;
+    std::stringstream tl(tf32);
+    for (std::string m; std::getline(tl, m, ',');) {
+      REMAT_CHECK(m == "on" || m == "off", "attention_cuda: --tf32 ", m, " (expected on, off or on,off)");
+      modes.push_back(m == "on");
+    }
+    std::vector<std::int64_t> lengths;
     std::stringstream list(seqs);
     for (std::string item; std::getline(list, item, ',');) {
-      const std::int64_t T = std::stoll(item);
-      REMAT_CHECK(T > 0, "attention_cuda: --seq ", item, " (expected positive lengths)");
+      lengths.push_back(std::stoll(item));
+      REMAT_CHECK(lengths.back() > 0, "attention_cuda: --seq ", item, " (expected positive lengths)");
+    }
+    for (std::size_t run = 0; run < lengths.size() * modes.size(); ++run) {  // each length, each mode
+      const std::int64_t T = lengths[run / modes.size()];
+      cuda::Context::get().set_tf32(modes[run % modes.size()]);
+      const char* path = !Cuda::flash(d) ? "materialized"
+                         : cuda::Context::get().mma_attention() && (d == 64 || d == 128)
+                             ? "fused-tensor-cores"
+                             : "fused-cuda-cores";
       Tape<Cuda> tape(1);
       const Shape shape{batch, heads, T, d};
       const std::size_t n = static_cast<std::size_t>(shape.numel());
@@ -79,7 +100,7 @@ int main(int argc, char** argv) {
       std::printf("{\"impl\":\"remat\",\"path\":\"%s\",\"batch\":%d,\"heads\":%d,\"seq\":%lld,"
                   "\"d\":%d,\"causal\":%s,\"steps\":%d,\"fwd_bwd_s\":%.6f,\"fwd_bwd_s_min\":%.6f,"
                   "\"peak_bytes\":%lld,\"reserved_bytes\":%lld,\"device\":\"%s\"}\n",
-                  Cuda::flash(d) ? "fused" : "materialized", batch, heads,
+                  path, batch, heads,
                   static_cast<long long>(T), d, full ? "false" : "true", steps, t.median, t.min,
                   static_cast<long long>(peak), static_cast<long long>(Cuda::peak_reserved_bytes()),
                   Cuda::describe().c_str());
