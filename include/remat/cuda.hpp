@@ -49,7 +49,9 @@ struct Cuda : cuda::CudaMemory, cuda::CudaSizes, cuda::CudaGemm, cuda::CudaLinea
       return "cuda: no device";
     return std::string("cuda: ") + p.name + ", sm_" + std::to_string(p.major) +
            std::to_string(p.minor) + ", fp32 GEMM " +
-           (cuda::Context::get().tf32() ? "with TF32 tensor cores" : "exact");
+           (cuda::Context::get().tf32() ? "with TF32 tensor cores" : "exact") + ", attention " +
+           (cuda::Context::get().mma_attention() ? "on TF32 tensor cores (head sizes 64, 128)"
+                                                 : "exact on CUDA cores");
   }
 };
 
