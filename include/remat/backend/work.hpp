@@ -6,7 +6,6 @@
 // such as attention's K/V tiles, are not counted). plan/roofline.hpp turns it into a predicted
 // time on a given device.
 
-#include <cstdint>
 
 namespace remat {
 
@@ -36,13 +35,11 @@ inline const char* work_kind_name(WorkKind k) {
 struct Work {
   double flops[kWorkKinds] = {};
   double bytes[kWorkKinds] = {};
-  std::int64_t calls[kWorkKinds] = {};  // backend calls (a call may launch more than one kernel)
 
   void add(WorkKind k, double f, double b) {
     const int i = static_cast<int>(k);
     flops[i] += f;
     bytes[i] += b;
-    ++calls[i];
   }
   double total_flops() const {
     double s = 0;

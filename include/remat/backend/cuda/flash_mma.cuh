@@ -79,17 +79,23 @@ __device__ inline void stream_tile(float* tile, const float* base, std::int64_t 
     cp_async_16(tile + r * MmaTile<D>::stride + col, ok ? base + (first + r) * stride + col : base, ok);
   }
 }
-// The K/V pipeline of forward and dq (NOTE [tensor-core attention]): key tiles of one
-// (batch, head) into two buffers, keys at or past `keys` zero. The whole block calls start()
-// once, then arrive(it) at the top of each tile's turn: it starts copying tile it + 1 into the
-// other buffer, waits for tile it's own copies, synchronizes the block and returns tile it's
-// buffer. The caller synchronizes again after its work on the buffer, before the next arrive
-// refills it.
+// The K/V pipeline of forward and dq (NOTE [tensor-core attention]): the key tiles a block of
+// query rows from `first_row` needs (when causal, those up to its last row), of one (batch,
+// head), into two buffers; keys at or past `keys` read as zero. The whole block calls start()
+// once, then arrive(it) for it < tiles at the top of each tile's turn: it starts copying tile
+// it + 1 into the other buffer, waits for tile it's own copies, synchronizes the block and
+// returns tile it's buffer. The caller synchronizes again after its work on the buffer, before
+// the next arrive refills it.
 template <int D>
 struct KvTiles {
   float (*kv)[2][MmaTile<D>::floats];  // [buffer][K, V]
   const float *k, *v;                  // the (batch, head)'s rows
-  std::int64_t stride, keys;
+  std::int64_t stride, keys, tiles;
+  __device__ KvTiles(float (*kv_)[2][MmaTile<D>::floats], const float* k_, const float* v_,
+                     const AttentionLayout& L, std::int64_t first_row, bool causal)
+      : kv(kv_), k(k_), v(v_), stride(L.q_row),
+        keys(causal ? min64(first_row + kMmaRows, L.T) : L.T),
+        tiles((keys + MmaTile<D>::rows - 1) / MmaTile<D>::rows) {}
   __device__ void load(int buf, std::int64_t first) const {
     stream_tile<D>(kv[buf][0], k, stride, first, keys);
     stream_tile<D>(kv[buf][1], v, stride, first, keys);
@@ -98,7 +104,7 @@ struct KvTiles {
     load(0, 0);
     cp_async_commit();
   }
-  __device__ int arrive(std::int64_t it, std::int64_t tiles) const {
+  __device__ int arrive(std::int64_t it) const {
     const int buf = static_cast<int>(it & 1);
     if (it + 1 < tiles) load(buf ^ 1, (it + 1) * MmaTile<D>::rows);
     cp_async_commit();
@@ -224,12 +230,10 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   load_a_rows<D>(qa, q + qo, L.q_row, r0, L.T);
   float acc[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (l: this lane's part)
-  const std::int64_t keys = causal ? min64(i0 + kMmaRows, L.T) : L.T;  // the block's keys
-  const std::int64_t tiles = (keys + R - 1) / R;
-  KvTiles<D> kt{kv, k + qo, v + qo, L.q_row, keys};
+  const KvTiles<D> kt(kv, k + qo, v + qo, L, i0, causal);
   kt.start();
-  for (std::int64_t it = 0; it < tiles; ++it) {
-    const int buf = kt.arrive(it, tiles);
+  for (std::int64_t it = 0; it < kt.tiles; ++it) {
+    const int buf = kt.arrive(it);
     const std::int64_t j0 = it * R;
     if (!causal || j0 <= r0 + 15) {  // one of the warp's rows sees a key of the tile
       float s[R / 8][4];
@@ -305,12 +309,10 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   load_a_rows<D>(qa, q + qo, L.q_row, r0, L.T);
   load_a_rows<D>(ga, dout + oo, L.o_row, r0, L.T);
   float acc[D / 8][4] = {};
-  const std::int64_t keys = causal ? min64(i0 + kMmaRows, L.T) : L.T;
-  const std::int64_t tiles = (keys + R - 1) / R;
-  KvTiles<D> kt{kv, k + qo, v + qo, L.q_row, keys};
+  const KvTiles<D> kt(kv, k + qo, v + qo, L, i0, causal);
   kt.start();
-  for (std::int64_t it = 0; it < tiles; ++it) {
-    const int buf = kt.arrive(it, tiles);
+  for (std::int64_t it = 0; it < kt.tiles; ++it) {
+    const int buf = kt.arrive(it);
     const std::int64_t j0 = it * R;
     if (!causal || j0 <= r0 + 15) {
       float s[R / 8][4], dp[R / 8][4];
