@@ -91,6 +91,9 @@ log "GPU tests exit code $rc"
 gpt2=(--layers 12 --d 768 --heads 12 --seq 1024 --batch 8 --vocab 50257)
 step remat_gpt2 150 remat_gpt2_124m.jsonl "$STEP_BIN" "${gpt2[@]}" \
   --steps 10 --warmup 2 --checkpoint none,block,selective --grad-hash
+# block alone: its own reserved bytes (in the run above it shares none's allocator)
+step remat_gpt2_block 60 remat_gpt2_124m_block.jsonl "$STEP_BIN" "${gpt2[@]}" \
+  --steps 5 --warmup 2 --checkpoint block
 step remat_gpt2_repeat 60 remat_gpt2_124m_repeat.jsonl "$STEP_BIN" "${gpt2[@]}" \
   --steps 1 --warmup 0 --checkpoint none,block --grad-hash
 # where the step's time goes: CUDA events around every kernel and cuBLAS call (slower steps,

@@ -35,6 +35,15 @@ def rows(name):
     return out
 
 
+def remat_rows(name):
+    """A remat file's rows. Strategies that take turns in one process share its caching
+    allocator, so reserved bytes are the first strategy's alone: the later rows get None."""
+    out = rows(name)
+    for d in out[1:]:
+        d["peak_reserved_bytes"] = None
+    return out
+
+
 def gib(v):
     return "%.2f" % (v / GiB) if isinstance(v, (int, float)) else "-"
 
@@ -66,13 +75,16 @@ if detail:
 print("\n## GPT-2 124M shapes\n")
 print("L=12, d=768, heads=12, seq=1024, batch 8, vocab 50257; fp32 with TF32 GEMMs, AdamW. "
       "remat: peak = the ledger's live bytes, reserved = what its caching allocator holds from "
-      "cudaMalloc (predicted = the estimator's, before the run). PyTorch: "
+      "cudaMalloc (predicted = the estimator's, before the run; strategies that take turns in "
+      "one process share the allocator, so only the first has its own reserved bytes: block's "
+      "is the run alone). PyTorch: "
       "torch.cuda.max_memory_allocated and max_memory_reserved after warm-up.\n")
 print("| impl | checkpoint | tokens/s | step s | peak GiB | reserved GiB | predicted reserved GiB | launches/step | host waits/step |")
 print("|---|---|---|---|---|---|---|---|---|")
 if not rows("remat_gpt2_124m.jsonl") and not any(rows("torch_gpt2_124m_%s.json" % c) for c in ("none", "block")):
     print("| (no results: every step of this table failed or was skipped, see Steps) | | | | | | | | |")
-for d in rows("remat_gpt2_124m.jsonl"):
+for d in remat_rows("remat_gpt2_124m.jsonl") + [dict(d, checkpoint="%s (alone)" % d.get("checkpoint"))
+                                                for d in remat_rows("remat_gpt2_124m_block.jsonl")]:
     print("| remat | %s | %.0f | %.4f | %s | %s | %s | %s | %s |" % (
         d.get("checkpoint"), d.get("tokens_per_s", 0), d.get("step_s", 0), gib(d.get("peak_bytes")),
         gib(d.get("peak_reserved_bytes")), gib(d.get("predicted_reserved_bytes")),
@@ -106,7 +118,7 @@ prof = rows("remat_profile.jsonl")
 if not prof:
     print("(no profile: the step failed or was skipped, see Steps)")
 for d in prof:
-    print("%s: %.1f ms a step profiled (%.1f ms of device time in kernels)\n" % (
+    print("%s: %.1f ms a step profiled (%.1f ms of device time in the kernels below and the rest of the JSON's top 40)\n" % (
         d.get("checkpoint"), 1e3 * d.get("step_s", 0), sum(k.get("ms_per_step", 0) for k in d.get("profile", []))))
     print("| ms/step | calls/step | kernel |")
     print("|---|---|---|")
@@ -138,7 +150,7 @@ if not any(rows("%s_seq%d.%s" % (i, s, e)) for i, e in (("remat", "jsonl"), ("to
            for s in (1024, 4096)):
     print("| (no results: every step of this table failed or was skipped, see Steps) | | | | | |")
 for seq in (1024, 4096):
-    for d in rows("remat_seq%d.jsonl" % seq):
+    for d in remat_rows("remat_seq%d.jsonl" % seq):
         print("| remat | %s | %d | %.0f | %s | %s |" % (d.get("checkpoint"), seq, d.get("tokens_per_s", 0),
                                                       gib(d.get("peak_bytes")), gib(d.get("peak_reserved_bytes"))))
     for d in rows("torch_seq%d.json" % seq):
@@ -149,8 +161,8 @@ for seq in (1024, 4096):
 # summary.json: one object per timed run, remat's and PyTorch's alike
 if len(sys.argv) > 3:
     runs = []
-    for f in ("remat_gpt2_124m.jsonl", "remat_seq1024.jsonl", "remat_seq4096.jsonl"):
-        for d in rows(f):
+    for f in ("remat_gpt2_124m.jsonl", "remat_gpt2_124m_block.jsonl", "remat_seq1024.jsonl", "remat_seq4096.jsonl"):
+        for d in remat_rows(f):
             runs.append({"impl": "remat", "checkpoint": d.get("checkpoint"), "seq": d.get("seq"),
                          "batch": d.get("batch"), "tokens_per_s": d.get("tokens_per_s"),
                          "step_s": d.get("step_s"), "reserved_bytes": d.get("peak_reserved_bytes"),
