@@ -35,7 +35,7 @@ struct Result {
 inline const std::vector<std::string>& op_names() {
   static const std::vector<std::string> names = {
       "add_bias", "sub", "mul_row", "div", "affine", "matmul", "matmul_tt", "matmul_batched",
-      "linear", "sum_axis", "mean_all", "permute", "slice_concat", "gelu", "relu", "tanh",
+      "linear", "linear_residual", "sum_axis", "mean_all", "permute", "slice_concat", "gelu", "relu", "tanh",
       "softmax", "layer_norm", "embedding", "attention", "self_attention", "cross_entropy",
       "dropout",
       // at the benchmark's shapes (issue 12): GPT-2's head size 64 and 128, T not a multiple of
@@ -70,6 +70,7 @@ Result run_op(const std::string& name) {
   else if (name == "matmul_tt") { in = {p({17, 33}), p({9, 17})}; out = matmul(in[0], in[1], true, true); }
   else if (name == "matmul_batched") { in = {p({3, 8, 5}), p({5, 6})}; out = matmul(in[0], in[1]); }
   else if (name == "linear") { in = {p({2, 7, 12}), p({12, 20}), p({20})}; out = linear(in[0], in[1], in[2]); }
+  else if (name == "linear_residual") { in = {p({2, 7, 12}), p({12, 20}), p({20}), p({2, 7, 20})}; out = linear(in[0], in[1], in[2], in[3]); }
   else if (name == "sum_axis") { in = {p({4, 5, 6})}; out = sum(in[0], 1); }
   else if (name == "mean_all") { in = {p({4, 5, 6})}; out = mean(in[0]); }
   else if (name == "permute") { in = {p({2, 3, 4, 5})}; out = permute(in[0], {2, 0, 3, 1}); }

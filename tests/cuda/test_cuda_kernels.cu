@@ -145,9 +145,20 @@ void test_linear_epilogues() {
     float* const xp = dxo.p + offset;
     DeviceBuf dw(std::vector<float>(dw0.size(), NAN)), db(std::vector<float>(b.size(), NAN));
     const auto c0 = cuda::device_counters().now();
-    Cuda::linear_forward(y.p, xp, dwt.p, dbias.p, rows, in, out);
+    Cuda::linear_forward(y.p, xp, dwt.p, dbias.p, nullptr, rows, in, out);
     Cuda::linear_backward_weight(dw.p, db.p, xp, ddy.p, rows, in, out, 0.0f);
     const auto c1 = cuda::device_counters().now();
+    // with a residual: y + r in the same GEMM (r its C operand), r left as it was
+    DeviceBuf res(dy), yr(std::vector<float>(y_ref.size(), NAN));
+    Cuda::linear_forward(yr.p, xp, dwt.p, dbias.p, res.p, rows, in, out);
+    const auto c2 = cuda::device_counters().now();
+    std::vector<float> yr_ref = y_ref;
+    for (std::size_t i = 0; i < yr_ref.size(); ++i) yr_ref[i] += dy[i];
+    const double er = maxdiff(yr.host(), yr_ref);
+    check(er < 1e-4 && maxdiff(res.host(), dy) == 0.0, "linear_forward with a residual: y = r + x w + b", er);
+    check(c2.gemms - c1.gemms == 1 && c2.launches - c1.launches == (want_launches > 0 ? 1 : 0),
+          "linear with a residual: one GEMM, and a kernel only in the fallback",
+          double(c2.launches - c1.launches));
     const double ey = maxdiff(y.host(), y_ref), ew = maxdiff(dw.host(), dw_ref), eb = maxdiff(db.host(), db_ref);
     std::printf("  linear (%s): y %.1e, dw %.1e, db %.1e; %lld GEMMs, %lld launches\n", how, ey, ew,
                 eb, static_cast<long long>(c1.gemms - c0.gemms),
@@ -692,11 +703,12 @@ void test_schedule_seeds() {
 
 // What one GPT training step (no checkpointing, clipping, AdamW) launches, kernel by kernel,
 // against the model's structure (issue 25: launches per step). L layers, P = 12 L + 4 parameter
-// tensors. Per layer: 2 layer norms, 2 residual adds, 1 GELU, 1 attention, 4 linears.
+// tensors. Per layer: 2 layer norms, 1 GELU, 1 attention, 4 linears, 2 of them with the
+// residual add inside (its C operand).
 //   cuBLAS: 4 linears x 3 (forward, dx, dw + db in one call) + the tied head's 3 = 12 L + 3
 //   layer norm: forward, backward (its dw/db finish in the last block), each 2 L + 1 (ln_f too)
-//   residual adds: 2 L + 1 forwards (and wte + wpe), 2 L backwards (one operand's gradient is
-//     the output's, passed through; the other's is written); wpe's, broadcast over the batch,
+//   residual adds: none of their own (the residual's gradient is the output's, passed
+//     through); only wte + wpe's add: 1 forward, and wpe's gradient, broadcast over the batch,
 //     is one column sum (2 launches)
 //   GELU forward, backward; attention forward, dq (with delta), dk/dv: L each
 //   no broadcast rows (biases are in the GEMMs); 1 fill (the loss's seed: the cross-entropy
@@ -731,7 +743,7 @@ void test_launches_per_step() {
     const std::int64_t lists = (12 * L + 4 + 31) / 32;
     const std::map<std::string, std::int64_t> want = {
         {"layer_norm_forward_kernel", 2 * L + 1}, {"layer_norm_backward_kernel", 2 * L + 1},
-        {"binary_forward_kernel", 2 * L + 1},     {"binary_grad_kernel", 2 * L},
+        {"binary_forward_kernel", 1},
         {"column_partial_kernel", 1},             {"column_finish_kernel", 1},
         {"gelu_forward_kernel", L},               {"gelu_backward_kernel", L},
         {"flash_forward_kernel", L},              {"flash_dq_kernel", L},

@@ -88,6 +88,22 @@ TEST_CASE("linear matches finite differences", "[ops][grad]") {
   gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2]); }, {x, w, b});
   auto x2 = param(tape, {6, 4}, 4);
   gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2]); }, {x2, w, b});
+  // with the residual inside: r + x w + b; its gradient passes through, or is added where the
+  // residual is also the input (x w + b + x: both gradients go into one buffer)
+  auto r = param(tape, {2, 3, 5}, 5);
+  gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2], v[3]); }, {x, w, b, r});
+  gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2], v[3]) * v[3]; }, {x, w, b, r});
+  auto sq = param(tape, {4, 4}, 6), b4 = param(tape, {4}, 7);
+  gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2], v[0]); }, {x, sq, b4});
+}
+
+TEST_CASE("linear with a residual equals the residual added apart", "[ops]") {
+  Tape<Cpu> tape;
+  auto x = param(tape, {2, 3, 4}, 1), w = param(tape, {4, 5}, 2), b = param(tape, {5}, 3);
+  auto r = param(tape, {2, 3, 5}, 5);
+  const auto fused = linear(x, w, b, r).to_vector(), apart = (linear(x, w, b) + r).to_vector();
+  REQUIRE(fused.size() == apart.size());
+  for (std::size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == Approx(apart[i]).margin(1e-5));
 }
 
 TEST_CASE("reductions match finite differences", "[ops][grad]") {

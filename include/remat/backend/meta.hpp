@@ -144,9 +144,10 @@ struct Meta {
     count_gemm(m, n, k, beta, batch);
   }
   // the dense layer's GEMMs with their bias (the Target's GEMM workspace, if it has one)
-  static void linear_forward(float*, const float*, const float*, const float* b, std::int64_t rows,
-                             std::int64_t in, std::int64_t out) {
-    count(WorkKind::gemm, 2.0 * rows * in * out, F * (rows * in + in * out + rows * out + (b ? out : 0)));
+  static void linear_forward(float*, const float*, const float*, const float* b, const float* r,
+                             std::int64_t rows, std::int64_t in, std::int64_t out) {
+    count(WorkKind::gemm, 2.0 * rows * in * out,
+          F * (rows * in + in * out + rows * out * (r ? 2 : 1) + (b ? out : 0)));
     if constexpr (detail::has_linear_scratch<Target>::value) {
       const Scratch s(Target::linear_forward_scratch(rows, in, out));
     }

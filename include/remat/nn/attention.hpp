@@ -5,8 +5,10 @@
 #include <cstdint>
 
 #include "remat/nn/layers.hpp"
+#include "remat/ops/activation.hpp"
 #include "remat/ops/attention.hpp"
 #include "remat/ops/dropout.hpp"
+#include "remat/ops/elementwise.hpp"
 
 namespace remat {
 namespace nn {
@@ -29,6 +31,12 @@ class CausalSelfAttention : public Module<B> {
   Tensor<B> operator()(const Tensor<B>& x, bool training = true) const {
     return dropout(c_proj(self_attention(c_attn(x), n_head_, /*causal=*/true)), dropout_, training);
   }
+  /// residual + the above: added inside c_proj's GEMM unless dropout is active in between
+  Tensor<B> operator()(const Tensor<B>& x, bool training, const Tensor<B>& residual) const {
+    const auto y = self_attention(c_attn(x), n_head_, /*causal=*/true);
+    if (dropout_ > 0.0f && training) return residual + dropout(c_proj(y), dropout_, training);
+    return c_proj(y, residual);
+  }
 
   Linear<B> c_attn, c_proj;
 
@@ -50,6 +58,12 @@ class MLP : public Module<B> {
   // x (B, T, C) -> (B, T, C)
   Tensor<B> operator()(const Tensor<B>& x, bool training = true) const {
     return dropout(c_proj(gelu(c_fc(x))), dropout_, training);
+  }
+  /// residual + the above: added inside c_proj's GEMM unless dropout is active in between
+  Tensor<B> operator()(const Tensor<B>& x, bool training, const Tensor<B>& residual) const {
+    const auto a = gelu(c_fc(x));
+    if (dropout_ > 0.0f && training) return residual + dropout(c_proj(a), dropout_, training);
+    return c_proj(a, residual);
   }
   Linear<B> c_fc, c_proj;
 

@@ -189,10 +189,10 @@ class Block : public Module<B> {
     this->add_module("ln_2", ln_2);
     this->add_module("mlp", mlp);
   }
-  // x (B, T, C) -> (B, T, C)
+  // x (B, T, C) -> (B, T, C); each residual add happens inside its c_proj's GEMM
   Tensor<B> operator()(const Tensor<B>& x, bool training = true) const {
-    auto h = x + attn(ln_1(x), training);
-    return h + mlp(ln_2(h), training);
+    auto h = attn(ln_1(x), training, /*residual=*/x);
+    return mlp(ln_2(h), training, /*residual=*/h);
   }
   static float proj_std(const GPTConfig& c) {
     return c.init_std / std::sqrt(2.0f * static_cast<float>(c.n_layer));

@@ -20,6 +20,10 @@ class Linear : public Module<B> {
       : weight(this->add_parameter("weight", init::normal(tape, {in, out}, std, seed))),
         bias(this->add_parameter("bias", init::constant(tape, {out}, 0.0f))) {}
   Tensor<B> operator()(const Tensor<B>& x) const { return linear(x, weight, bias); }
+  /// residual + x W + b in one GEMM (a residual connection after the layer)
+  Tensor<B> operator()(const Tensor<B>& x, const Tensor<B>& residual) const {
+    return linear(x, weight, bias, residual);
+  }
   Tensor<B> weight, bias;
 };
 

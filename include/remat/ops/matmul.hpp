@@ -131,19 +131,32 @@ struct MatmulOp {
   }
 };
 
-// y (R, out) = x (R, in) W (in, out) + b (out)   [W in the GPT-2 "Conv1D" layout]
-//   dx += dy W^T;  dW += x^T dy;  db += sum_rows dy
+// y (R, out) = x (R, in) W (in, out) + b (out) [+ r (R, out)]   [W in the GPT-2 "Conv1D" layout]
+//   dx += dy W^T;  dW += x^T dy;  db += sum_rows dy;  dr += dy
+// With a residual r the sum is one GEMM (r its C operand: no separate add, no buffer for x W + b)
+// and r's gradient is dy itself, passed through (NOTE [fresh gradient buffers]).
 struct LinearOp {
   static constexpr const char* name = "linear";
   template <class B>
   struct Saved {
     std::int64_t rows = 0, in = 0, out = 0;
+    bool residual = false;
     Tensor<B> x, w;
     template <class F> void each(F f) const { f(x); f(w); }
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, const Tensor<B>& w,
                            const Tensor<B>& b) {
+    return run<B>(s, x, w, b, nullptr);
+  }
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, const Tensor<B>& w, const Tensor<B>& b,
+                           const Tensor<B>& r) {
+    return run(s, x, w, b, &r);
+  }
+  template <class B>
+  static Tensor<B> run(Saved<B>& s, const Tensor<B>& x, const Tensor<B>& w, const Tensor<B>& b,
+                       const Tensor<B>* r) {
     detail::check_f32("linear", "x", x);
     detail::check_f32("linear", "weight", w);
     REMAT_CHECK(w.rank() == 2 && x.rank() >= 1 && x.shape()[-1] == w.size(0),
@@ -151,11 +164,20 @@ struct LinearOp {
                 " (expected weight [in, out] with in = the last dimension of x)");
     REMAT_CHECK(b.shape() == Shape{w.size(1)}, "remat::linear: bias is ", b.shape().str(),
                 ", expected [", w.size(1), "] to match weight ", w.shape().str());
+    const Shape out_shape = x.shape().with(-1, w.size(1));
+    if (r) {
+      detail::check_f32("linear", "residual", *r);
+      REMAT_CHECK(r->shape() == out_shape, "remat::linear: residual is ", r->shape().str(),
+                  " for x ", x.shape().str(), " and weight ", w.shape().str(), " (expected ",
+                  out_shape.str(), ", the output's shape; hint: add a broadcast residual apart)");
+    }
     const std::int64_t in = w.size(0), out = w.size(1), rows = x.numel() / (in ? in : 1);
-    auto y = detail::make_tensor<B>(&x.tape(), x.shape().with(-1, out));
+    auto y = detail::make_tensor<B>(&x.tape(), out_shape);
     B::linear_forward(y.template data<float>(), x.template data<float>(), w.template data<float>(),
-                      b.template data<float>(), rows, in, out);
+                      b.template data<float>(), r ? r->template data<float>() : nullptr, rows, in,
+                      out);
     save(s, y, x, w, b);
+    s.residual = r != nullptr;
     return y;
   }
   template <class B>
@@ -167,13 +189,31 @@ struct LinearOp {
     if (w.requires_grad() || w.impl()->segment_grad) s.x = x;
     if (x.requires_grad() || x.impl()->segment_grad) s.w = w;
   }
+  template <class B>
+  static void save(Saved<B>& s, const Tensor<B>& y, const Tensor<B>& x, const Tensor<B>& w,
+                   const Tensor<B>& b, const Tensor<B>&) {
+    save(s, y, x, w, b);
+    s.residual = true;
+  }
+  // the residual's gradient is dy unchanged
+  template <class B>
+  static int pass_through(const Saved<B>& s) {
+    return s.residual ? 3 : -1;
+  }
   // dx = dy W^T, dW = x^T dy, db = column sums of dy; each written, not added, into a fresh
   // buffer (GEMM beta 0: NOTE [fresh gradient buffers]). A fresh db comes out of dW's GEMM
   // (B::linear_backward_weight: one cuBLASLt call on the GPU); one that adds is summed apart.
+  // dr = dy: nothing to do where dy passed through, else a copy (fresh) or an add.
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
     const float* dy = dout.template data<float>();
+    if (dinp.size() > 3 && dinp[3].defined() && !detail::passed_at(fresh, 3)) {
+      if (detail::fresh_at(fresh, 3))
+        B::copy(dinp[3].template data<float>(), dy, sizeof(float) * static_cast<std::size_t>(dout.numel()));
+      else
+        B::add_into(dinp[3].template data<float>(), dy, dout.numel());
+    }
     if (dinp[0].defined())
       B::gemm(false, true, s.rows, s.in, s.out, 1.0f, dy, s.out, s.w.template data<float>(),
               s.out, detail::fresh_at(fresh, 0) ? 0.0f : 1.0f, dinp[0].template data<float>(), s.in);
@@ -201,6 +241,13 @@ Tensor<B> matmul(const Tensor<B>& a, const Tensor<B>& b, bool ta = false, bool t
 template <class B>
 Tensor<B> linear(const Tensor<B>& x, const Tensor<B>& w, const Tensor<B>& bias) {
   return detail::apply<LinearOp>(std::array<Tensor<B>, 3>{x, w, bias});
+}
+/// residual (..., out) + x (..., in) w (in, out) + bias (out), one GEMM: a transformer's
+/// residual connection without an add of its own (residual + linear(x, w, bias) in one op).
+template <class B>
+Tensor<B> linear(const Tensor<B>& x, const Tensor<B>& w, const Tensor<B>& bias,
+                 const Tensor<B>& residual) {
+  return detail::apply<LinearOp>(std::array<Tensor<B>, 4>{x, w, bias, residual});
 }
 
 }  // namespace remat

@@ -1,8 +1,9 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // The dense layer's two GEMMs with their bias, as one backend call each (the CUDA backend fuses
-// the bias into the GEMM, cuda/linear.cuh). On the CPU: the bias rows, then a GEMM that adds
-// into them; the weight's GEMM, then the bias gradient's serial column sums.
+// the bias into the GEMM, cuda/linear.cuh). On the CPU: the bias rows (plus the residual, when
+// there is one), then a GEMM that adds into them; the weight's GEMM, then the bias gradient's
+// serial column sums.
 
 #include <cstdint>
 
@@ -13,10 +14,15 @@ namespace remat {
 namespace cpu {
 
 struct CpuLinear {
-  /// y (rows, out) = x (rows, in) w (in, out) + bias (out); y's old values are not read.
+  /// y (rows, out) = x (rows, in) w (in, out) + bias (out) [+ residual (rows, out), unless
+  /// null]; y's old values are not read.
   static void linear_forward(float* y, const float* x, const float* w, const float* bias,
-                             std::int64_t rows, std::int64_t in, std::int64_t out) {
-    CpuPointwise::broadcast_rows(y, bias, rows, out);
+                             const float* residual, std::int64_t rows, std::int64_t in,
+                             std::int64_t out) {
+    if (residual)
+      CpuPointwise::binary_forward(math::BinaryKind::add, y, residual, bias, rows, out, false, true);
+    else
+      CpuPointwise::broadcast_rows(y, bias, rows, out);
     CpuGemm::gemm(false, false, rows, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
   }
   /// dw (in, out) = x^T dy + beta_w dw; db (out) = column sums of dy (rows, out), written.

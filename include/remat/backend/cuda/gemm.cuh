@@ -34,7 +34,8 @@ struct CudaGemm {
                                    static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c,
                                    static_cast<int>(ldc)));
   }
-  /// Column-major D (m, n) = op(A) op(B) + beta D through cuBLASLt with an epilogue: BIAS adds
+  /// Column-major D (m, n) = op(A) op(B) + beta C through cuBLASLt with an epilogue (C is D
+  /// unless given: a matrix of D's layout, e.g. a residual added in the GEMM): BIAS adds
   /// bias (m) to every column; BGRADA writes bias (m) = the row sums of op(A) over k, BGRADB
   /// bias (n) = the column sums of op(B) over k. `workspace` (device, `ws` bytes: the caller's
   /// Scratch, so the ledger counts it) is all the algorithm may use. Returns false, having run
@@ -42,12 +43,15 @@ struct CudaGemm {
   static bool gemm_epilogue(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                             const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                             float beta, float* D, std::int64_t ldd, cublasLtEpilogue_t epilogue,
-                            float* bias, void* workspace, std::size_t ws) {
+                            float* bias, void* workspace, std::size_t ws,
+                            const float* C = nullptr) {
+    if (!C) C = D;
     auto& ctx = Context::get();
     // the alignment the matrices share (a view may start anywhere): the plan's algorithm must
     // not assume more (cuBLASLt's default is 256 bytes)
     std::uint32_t align = 256;
-    for (const void* p : {static_cast<const void*>(A), static_cast<const void*>(B), static_cast<const void*>(D)})
+    for (const void* p : {static_cast<const void*>(A), static_cast<const void*>(B),
+                          static_cast<const void*>(C), static_cast<const void*>(D)})
       while (reinterpret_cast<std::uintptr_t>(p) % align != 0) align /= 2;
     const LtKey key{ta, tb, m, n, k, lda, ldb, ldd, epilogue, ctx.tf32(), ws, align};
     LtPlan& plan = ctx.lt_plans().get(ctx.lt(), key);
@@ -59,7 +63,7 @@ struct CudaGemm {
     const ProfileScope profile(ctx.stream(), [&] {
       return shape_name("cublasLtMatmul", m, n, k) + " epilogue " + std::to_string(static_cast<int>(epilogue));
     });
-    REMAT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D,
+    REMAT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, C,
                                       plan.d, D, plan.d, &plan.algo, workspace, ws, ctx.stream()));
     return true;
   }

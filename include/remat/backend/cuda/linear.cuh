@@ -1,7 +1,8 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // The dense layer's GEMMs with their bias fused in (issue 25, item 2), through cuBLASLt:
-//   forward   y (rows, out) = x w + bias      one GEMM, epilogue BIAS (no broadcast kernel)
+//   forward   y (rows, out) = x w + bias      one GEMM, epilogue BIAS (no broadcast kernel);
+//             [+ residual]                    the residual as the GEMM's C with beta 1
 //   backward  dw (in, out) = x^T dy (+ dw),   one GEMM, epilogue BGRADA: db = column sums of dy
 // Row-major to cuBLASLt's column-major: y^T (out, rows) = w^T x^T, so A = w (out x in, ld out),
 // B = x (in x rows, ld in), bias along D's rows; dw^T (out, in) = dy^T x, so A = dy (out x rows,
@@ -22,17 +23,23 @@ namespace remat {
 namespace cuda {
 
 struct CudaLinear {
-  /// y (rows, out) = x (rows, in) w (in, out) + bias (out); y's old values are not read.
+  /// y (rows, out) = x (rows, in) w (in, out) + bias (out) [+ residual (rows, out), unless
+  /// null]; y's old values are not read.
   static void linear_forward(float* y, const float* x, const float* w, const float* bias,
-                             std::int64_t rows, std::int64_t in, std::int64_t out) {
+                             const float* residual, std::int64_t rows, std::int64_t in,
+                             std::int64_t out) {
     if (rows * out == 0) return;
     const std::size_t ws = CudaSizes::linear_forward_scratch(rows, in, out);
     const Scratch scratch(ws);
-    if (in > 0 && CudaGemm::gemm_epilogue(false, false, out, rows, in, w, out, x, in, 0.0f, y, out,
-                                          CUBLASLT_EPILOGUE_BIAS, const_cast<float*>(bias),
-                                          scratch.as<void>(), ws))
+    if (in > 0 && CudaGemm::gemm_epilogue(false, false, out, rows, in, w, out, x, in,
+                                          residual ? 1.0f : 0.0f, y, out, CUBLASLT_EPILOGUE_BIAS,
+                                          const_cast<float*>(bias), scratch.as<void>(), ws,
+                                          residual))
       return;
-    CudaPointwise::broadcast_rows(y, bias, rows, out);
+    if (residual)
+      CudaPointwise::binary_forward(math::BinaryKind::add, y, residual, bias, rows, out, false, true);
+    else
+      CudaPointwise::broadcast_rows(y, bias, rows, out);
     CudaGemm::gemm(false, false, rows, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
   }
   /// dw (in, out) = x^T dy + beta_w dw; db (out) = column sums of dy (rows, out), written.

@@ -5,7 +5,8 @@
 // remat uses (DEFAULT, BIAS, BGRADA, BGRADB). The checks are cuBLASLt's: layouts that match the
 // op flags and m, n, k, leading dimensions at least the stored rows, a workspace at least what
 // the chosen algorithm asked for, matrices as aligned as the preference promised the heuristic
-// (256 bytes unless told), device pointers. D must be C (remat only multiplies in place).
+// (256 bytes unless told), device pointers. C is D, or a matrix of D's layout that does not
+// overlap it (a residual the GEMM adds: read, not written).
 // With Faults::lt_no_epilogue the heuristic finds nothing for an epilogue, as a real cuBLASLt
 // may for a layout it does not support, so the caller's fallback is tested too.
 
@@ -209,7 +210,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!d || !Ad || !Bd || !Cd || !Dd || !algo || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
   int m = 0, n = 0, k = 0;
-  if (!lt_shape(*d, *Ad, *Bd, *Cd, *Dd, m, n, k) || C != D) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!lt_shape(*d, *Ad, *Bd, *Cd, *Dd, m, n, k)) return CUBLAS_STATUS_INVALID_VALUE;
   if (workspace_bytes < algo->data[0]) return CUBLAS_STATUS_INVALID_VALUE;
   // an algorithm chosen for aligned matrices cannot take a less aligned one
   const void* mats[4] = {A, B, C, D};
@@ -227,10 +228,20 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
   if ((bias_in || bias_out) && !dev.is_device(d->bias, sizeof(float) * static_cast<std::size_t>(bias_len)))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  float* Dp = static_cast<float*>(D);
+  if (C != D) {  // out of place: D starts as C (same layout), then the GEMM runs in place
+    const std::size_t span = sizeof(float) * (static_cast<std::size_t>(Dd->ld) * (n - 1) + m);
+    const auto c0 = reinterpret_cast<std::uintptr_t>(C), d0 = reinterpret_cast<std::uintptr_t>(D);
+    if (!dev.is_device(C, span) || !dev.is_device(D, span)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (c0 < d0 + span && d0 < c0 + span) return CUBLAS_STATUS_INVALID_VALUE;  // overlapping
+    const float* Cp = static_cast<const float*>(C);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i)
+        Dp[i + static_cast<long long>(j) * Dd->ld] = Cp[i + static_cast<long long>(j) * Dd->ld];
+  }
   // The product, through the reference GEMM (its checks, TF32 rounding when asked for).
   cublasContext ctx;
   ctx.math = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-  float* Dp = static_cast<float*>(D);
   const float* Ap = static_cast<const float*>(A);
   const float* Bp = static_cast<const float*>(B);
   const cublasStatus_t st = sgemm_reference(
