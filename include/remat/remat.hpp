@@ -34,6 +34,7 @@
 #include "remat/ops/layer_norm.hpp"
 #include "remat/ops/loss.hpp"
 #include "remat/ops/matmul.hpp"
+#include "remat/ops/mlp.hpp"
 #include "remat/ops/reduce.hpp"
 #include "remat/ops/softmax.hpp"
 #include "remat/ops/view.hpp"

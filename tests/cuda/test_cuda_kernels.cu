@@ -190,6 +190,82 @@ void test_linear_epilogues() {
   cuda::Context::get().set_tf32(true);
 }
 
+// The MLP's GELU inside its GEMMs (linear.cuh): pre and act = GELU(pre) from one GEMM (epilogue
+// GELU_AUX_BIAS), dpre = (dy w2^T) GELU'(pre) and db1 from one GEMM (DGELU_BGRAD; DGELU without
+// db1), against a host reference in double. A hidden width that is not a multiple of 8 (cuBLASLt's
+// rule for the GELU matrix), and an emulated cuBLASLt without the epilogue, take the fallback:
+// the same values from GEMMs and kernels.
+void test_mlp_epilogues() {
+  cuda::Context::get().set_tf32(false);
+  const std::int64_t rows = 45, in = 19, out = 23;
+  // fallback_forward: the forward's launches in the fallback (GELU; and the bias rows where
+  // cuBLASLt has no BIAS epilogue either)
+  auto run = [&](const char* how, std::int64_t hidden, bool fallback, std::int64_t fallback_forward = 1) {
+    const auto x = seq(static_cast<std::size_t>(rows * in), 1, 0);
+    const auto w1 = seq(static_cast<std::size_t>(in * hidden), 0.3f, 0);
+    const auto b1 = seq(static_cast<std::size_t>(hidden), 1, 0.2f);
+    const auto w2 = seq(static_cast<std::size_t>(hidden * out), 0.3f, 0);
+    const auto dy = seq(static_cast<std::size_t>(rows * out), 1, 0.1f);
+    const auto n = static_cast<std::size_t>(rows * hidden);
+    std::vector<float> pre_ref(n), act_ref(n), dpre_ref(n), db_ref(static_cast<std::size_t>(hidden));
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t h = 0; h < hidden; ++h) {
+        double s = b1[static_cast<std::size_t>(h)], g = 0;
+        for (std::int64_t i = 0; i < in; ++i) s += double(x[static_cast<std::size_t>(r * in + i)]) * w1[static_cast<std::size_t>(i * hidden + h)];
+        for (std::int64_t o = 0; o < out; ++o) g += double(dy[static_cast<std::size_t>(r * out + o)]) * w2[static_cast<std::size_t>(h * out + o)];
+        const auto k = static_cast<std::size_t>(r * hidden + h);
+        pre_ref[k] = static_cast<float>(s);
+        act_ref[k] = math::gelu(pre_ref[k]);
+        dpre_ref[k] = static_cast<float>(g * math::gelu_grad(pre_ref[k]));
+      }
+    for (std::int64_t h = 0; h < hidden; ++h) {
+      double s = 0;
+      for (std::int64_t r = 0; r < rows; ++r) s += dpre_ref[static_cast<std::size_t>(r * hidden + h)];
+      db_ref[static_cast<std::size_t>(h)] = static_cast<float>(s);
+    }
+    const std::vector<float> poison(n, NAN);
+    DeviceBuf dx(x), dw1(w1), db1(b1), dw2(w2), ddy(dy), pre(poison), act(poison), dpre(poison),
+        db(std::vector<float>(db_ref.size(), NAN)), dpre2(poison);
+    const auto c0 = cuda::device_counters().now();
+    Cuda::linear_gelu_forward(act.p, pre.p, dx.p, dw1.p, db1.p, rows, in, hidden);
+    const auto c1 = cuda::device_counters().now();
+    Cuda::linear_dgelu_backward(dpre.p, db.p, ddy.p, dw2.p, pre.p, rows, hidden, out);
+    const auto c2 = cuda::device_counters().now();
+    Cuda::linear_dgelu_backward(dpre2.p, nullptr, ddy.p, dw2.p, pre.p, rows, hidden, out);
+    const auto c3 = cuda::device_counters().now();
+    const double ep = maxdiff(pre.host(), pre_ref), ea = maxdiff(act.host(), act_ref);
+    const double ed = maxdiff(dpre.host(), dpre_ref), eb = maxdiff(db.host(), db_ref);
+    const double ed2 = maxdiff(dpre2.host(), dpre_ref);
+    std::printf("  mlp GEMMs (%s, hidden %lld): pre %.1e, act %.1e, dpre %.1e (%.1e without db), "
+                "db %.1e; launches %lld + %lld + %lld\n", how, static_cast<long long>(hidden), ep,
+                ea, ed, ed2, eb, static_cast<long long>(c1.launches - c0.launches),
+                static_cast<long long>(c2.launches - c1.launches),
+                static_cast<long long>(c3.launches - c2.launches));
+    check(ep < 1e-4 && ea < 1e-4, "linear_gelu_forward: pre = x w1 + b1, act = GELU(pre)", std::max(ep, ea));
+    check(ed < 1e-4 && ed2 < 1e-4, "linear_dgelu_backward: dpre = (dy w2^T) GELU'(pre)", std::max(ed, ed2));
+    check(eb < 1e-4, "linear_dgelu_backward: db = the column sums of dpre", eb);
+    const bool gemms = c1.gemms - c0.gemms == 1 && c2.gemms - c1.gemms == 1 && c3.gemms - c2.gemms == 1;
+    // the fallback: GELU forward; GELU backward and a column sum (2); GELU backward
+    const bool launches = fallback ? c1.launches - c0.launches == fallback_forward &&
+                                         c2.launches - c1.launches == 3 &&
+                                         c3.launches - c2.launches == 1
+                                   : c3.launches == c0.launches;
+    check(gemms && launches, "mlp GEMMs: one GEMM each, kernels only in the fallback",
+          double(c3.launches - c0.launches));
+  };
+  run("cuBLASLt epilogues", 24, false);
+  run("hidden not a multiple of 8: the fallback", 20, true);
+#if defined(REMAT_CUDA_EMULATION)
+  auto& ctx = cuda::Context::get();
+  ctx.lt_plans().clear();
+  cuda::emu::device().faults().lt_no_epilogue = true;
+  run("no epilogue algorithm: the fallback", 24, true, 2);
+  cuda::emu::device().faults().lt_no_epilogue = false;
+  ctx.lt_plans().clear();
+#endif
+  cuda::Context::get().set_tf32(true);
+}
+
 void test_pointwise() {
   const std::size_t n = 1000;
   auto x = seq(n, 2, 0), dy = seq(n, 1, 0);
@@ -703,14 +779,15 @@ void test_schedule_seeds() {
 
 // What one GPT training step (no checkpointing, clipping, AdamW) launches, kernel by kernel,
 // against the model's structure (issue 25: launches per step). L layers, P = 12 L + 4 parameter
-// tensors. Per layer: 2 layer norms, 1 GELU, 1 attention, 4 linears, 2 of them with the
-// residual add inside (its C operand).
+// tensors. Per layer: 2 layer norms, 1 attention, 2 linears and 1 MLP (2 linears with the GELU
+// in their GEMMs' epilogues), the residual adds inside c_proj's GEMMs (their C operand).
 //   cuBLAS: 4 linears x 3 (forward, dx, dw + db in one call) + the tied head's 3 = 12 L + 3
 //   layer norm: forward, backward (its dw/db finish in the last block), each 2 L + 1 (ln_f too)
 //   residual adds: none of their own (the residual's gradient is the output's, passed
 //     through); only wte + wpe's add: 1 forward, and wpe's gradient, broadcast over the batch,
 //     is one column sum (2 launches)
-//   GELU forward, backward; attention forward, dq (with delta), dk/dv: L each
+//   no GELU kernels (cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD epilogues)
+//   attention forward, dq (with delta), dk/dv: L each
 //   no broadcast rows (biases are in the GEMMs); 1 fill (the loss's seed: the cross-entropy
 //   and the embeddings write their fresh gradients); embeddings 2 + 2, loss 3
 //   AdamW, the clipping norm's partial sums and its scaling: ceil(P / 32) each, plus 1 sum
@@ -745,7 +822,6 @@ void test_launches_per_step() {
         {"layer_norm_forward_kernel", 2 * L + 1}, {"layer_norm_backward_kernel", 2 * L + 1},
         {"binary_forward_kernel", 1},
         {"column_partial_kernel", 1},             {"column_finish_kernel", 1},
-        {"gelu_forward_kernel", L},               {"gelu_backward_kernel", L},
         {"flash_forward_kernel", L},              {"flash_dq_kernel", L},
         {"flash_dkdv_kernel", L},                 {"fill_kernel", 1},
         {"embedding_forward_kernel", 2},          {"embedding_backward_kernel", 2},
@@ -832,6 +908,7 @@ int main() {
   section("estimator", test_estimator);  // first: on a fresh allocator
   section("gemm", test_gemm);
   section("linear epilogues", test_linear_epilogues);
+  section("mlp epilogues", test_mlp_epilogues);
   section("pointwise", test_pointwise);
   section("allocator", test_allocator);
   section("ops", test_ops_against_cpu);

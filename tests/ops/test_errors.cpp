@@ -24,6 +24,10 @@ TEST_CASE("shape mismatches name the op and both shapes", "[errors]") {
   REQUIRE_THROWS_WITH(matmul(a, c), REMAT_CONTAINS("expected rank >= 2"));
   REQUIRE_THROWS_WITH(linear(ones(t, {2, 3}), ones(t, {3, 2}), ones(t, {2}), c),
                       REMAT_CONTAINS("remat::linear: residual is [4] for x [2, 3] and weight [3, 2] (expected [2, 2]"));
+  REQUIRE_THROWS_WITH(mlp(a, ones(t, {3, 4}), ones(t, {4}), ones(t, {4, 3}), ones(t, {2})),
+                      REMAT_CONTAINS("remat::mlp: x is [2, 3], w1 [3, 4], b1 [4], w2 [4, 3], b2 [2] (expected"));
+  REQUIRE_THROWS_WITH(mlp(a, ones(t, {3, 4}), ones(t, {4}), ones(t, {4, 3}), ones(t, {3}), c),
+                      REMAT_CONTAINS("remat::mlp: residual is [4] for x [2, 3] (expected [2, 3]"));
   REQUIRE_THROWS_WITH(matmul(ones(t, {2, 2, 3}), ones(t, {3, 3, 4})), REMAT_CONTAINS("batch dimensions differ"));
   REQUIRE_THROWS_WITH(linear(a, b, c), REMAT_CONTAINS("remat::linear: bias is [4], expected [2]"));
   REQUIRE_THROWS_WITH(linear(a, ones(t, {2, 2}), ones(t, {2})), REMAT_CONTAINS("expected weight [in, out]"));

@@ -97,6 +97,47 @@ TEST_CASE("linear matches finite differences", "[ops][grad]") {
   gradcheck(tape, [](const V& v) { return linear(v[0], v[1], v[2], v[0]); }, {x, sq, b4});
 }
 
+TEST_CASE("mlp matches finite differences", "[ops][grad]") {
+  Tape<Cpu> tape;
+  auto x = param(tape, {2, 3, 4}, 1), w1 = param(tape, {4, 8}, 2), b1 = param(tape, {8}, 3);
+  auto w2 = param(tape, {8, 4}, 4), b2 = param(tape, {4}, 5), r = param(tape, {2, 3, 4}, 6);
+  gradcheck(tape, [](const V& v) { return mlp(v[0], v[1], v[2], v[3], v[4]); }, {x, w1, b1, w2, b2});
+  gradcheck(tape, [](const V& v) { return mlp(v[0], v[1], v[2], v[3], v[4], v[5]); },
+            {x, w1, b1, w2, b2, r});
+  // the residual is also the input: its two gradients add into one buffer
+  gradcheck(tape, [](const V& v) { return mlp(v[0], v[1], v[2], v[3], v[4], v[0]); }, {x, w1, b1, w2, b2});
+  // an output width other than the input's, on rows without a batch
+  auto x2 = param(tape, {5, 4}, 7), w3 = param(tape, {8, 3}, 8), b3 = param(tape, {3}, 9);
+  gradcheck(tape, [](const V& v) { return mlp(v[0], v[1], v[2], v[3], v[4]); }, {x2, w1, b1, w3, b3});
+}
+
+TEST_CASE("mlp equals linear, gelu, linear, with frozen weights too", "[ops]") {
+  for (const bool frozen : {false, true}) {
+    INFO("frozen " << frozen);
+    Tape<Cpu> tape;
+    auto x = param(tape, {2, 3, 4}, 1), w1 = param(tape, {4, 8}, 2), b1 = param(tape, {8}, 3);
+    auto w2 = param(tape, {8, 4}, 4), b2 = param(tape, {4}, 5), r = param(tape, {2, 3, 4}, 6);
+    for (auto* w : {&w1, &b1, &w2, &b2}) w->set_requires_grad(!frozen);
+    const V in = {x, w1, b1, w2, b2, r};
+    std::vector<std::vector<float>> grads[2];
+    std::vector<float> outs[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      for (const auto& t : in) if (t.requires_grad()) t.clear_grad();
+      auto y = fused ? mlp(x, w1, b1, w2, b2, r) : linear(gelu(linear(x, w1, b1)), w2, b2) + r;
+      outs[fused] = y.to_vector();
+      tape.backward(sum(mul(y, y)));
+      for (const auto& t : in)
+        if (t.requires_grad()) grads[fused].push_back(t.grad().to_vector());
+    }
+    REQUIRE(grads[0].size() == (frozen ? 2u : 6u));
+    REQUIRE(grads[1].size() == grads[0].size());
+    for (std::size_t i = 0; i < outs[0].size(); ++i) CHECK(outs[1][i] == Approx(outs[0][i]).margin(1e-5));
+    for (std::size_t k = 0; k < grads[0].size(); ++k)
+      for (std::size_t i = 0; i < grads[0][k].size(); ++i)
+        CHECK(grads[1][k][i] == Approx(grads[0][k][i]).margin(1e-4));
+  }
+}
+
 TEST_CASE("linear with a residual equals the residual added apart", "[ops]") {
   Tape<Cpu> tape;
   auto x = param(tape, {2, 3, 4}, 1), w = param(tape, {4, 5}, 2), b = param(tape, {5}, 3);

@@ -54,7 +54,9 @@ template <class B, class = void>
 struct has_linear_scratch : std::false_type {};
 template <class B>
 struct has_linear_scratch<B, std::void_t<decltype(B::linear_forward_scratch(0, 0, 0)),
-                                         decltype(B::linear_backward_weight_scratch(0, 0, 0))>>
+                                         decltype(B::linear_backward_weight_scratch(0, 0, 0)),
+                                         decltype(B::linear_gelu_forward_scratch(0, 0, 0)),
+                                         decltype(B::linear_dgelu_backward_scratch(0, 0, 0))>>
     : std::true_type {};
 template <class B, class = void>
 struct has_sum_squares_scratch : std::false_type {};
@@ -158,6 +160,26 @@ struct Meta {
           F * (rows * in + rows * out + in * out * (beta != 0.0f ? 2 : 1) + (db ? out : 0)));
     if constexpr (detail::has_linear_scratch<Target>::value) {
       const Scratch s(Target::linear_backward_weight_scratch(rows, in, out));
+    }
+  }
+
+  // the MLP's first GEMM with its GELU (writes pre and act), and the GELU gradient's GEMM
+  static void linear_gelu_forward(float*, float*, const float*, const float*, const float*,
+                                  std::int64_t rows, std::int64_t in, std::int64_t hidden) {
+    count(WorkKind::gemm, 2.0 * rows * in * hidden,
+          F * (rows * in + in * hidden + 2 * rows * hidden + hidden));
+    count(WorkKind::pointwise, 20.0 * rows * hidden, 0);  // the GELU, in the GEMM's epilogue
+    if constexpr (detail::has_linear_scratch<Target>::value) {
+      const Scratch s(Target::linear_gelu_forward_scratch(rows, in, hidden));
+    }
+  }
+  static void linear_dgelu_backward(float*, float* db, const float*, const float*, const float*,
+                                    std::int64_t rows, std::int64_t hidden, std::int64_t out) {
+    count(WorkKind::gemm, 2.0 * rows * hidden * out,
+          F * (rows * out + hidden * out + 2 * rows * hidden + (db ? hidden : 0)));
+    count(WorkKind::pointwise, 30.0 * rows * hidden, 0);  // GELU', in the GEMM's epilogue
+    if constexpr (detail::has_linear_scratch<Target>::value) {
+      const Scratch s(Target::linear_dgelu_backward_scratch(rows, hidden, out));
     }
   }
 

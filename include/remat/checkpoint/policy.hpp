@@ -21,24 +21,32 @@ namespace policy {
 /// Keep nothing: every interior op is recomputed (the default).
 inline Policy recompute_all() { return Policy{}; }
 
+namespace detail {
+inline bool is_op(const OpInfo& op, const char* name) { return std::strcmp(op.op, name) == 0; }
+}  // namespace detail
+
 /// Keep the outputs of the linear layers; recompute everything else in the segment: layer
-/// norms, pointwise ops (GELU, residual adds, dropout) and the attention core. (This is not
-/// Megatron-LM's selective recompute, which keeps norms and pointwise ops as well and
+/// norms, pointwise ops (GELU, residual adds, dropout) and the attention core. A fused MLP
+/// (remat::mlp: two linear layers with the GELU between them inside its GEMMs) is kept whole,
+/// its state included, since it cannot give its linear layers' outputs back apart. (This is
+/// not Megatron-LM's selective recompute, which keeps norms and pointwise ops as well and
 /// recomputes only the attention core: policy::megatron_selective.)
 inline Policy save_linear() {
   Policy p;
   p.name = "save_linear";
-  p.keep_op = [](const OpInfo& op) { return std::strcmp(op.op, "linear") == 0; };
+  p.keep_state = true;  // for the fused MLP only
+  p.keep_op = [](const OpInfo& op) { return detail::is_op(op, "linear") || detail::is_op(op, "mlp"); };
   return p;
 }
 
 /// Keep every output that an op can rebuild its backward from (linear, matmul, pointwise, shape
-/// ops); recompute only what cannot be kept: layer norms and the attention core. The cheapest
-/// replay that still drops attention's state (its probabilities, when they are kept).
+/// ops) and the fused MLP whole; recompute only layer norms and the attention core. The
+/// cheapest replay that still drops attention's state (its probabilities, when they are kept).
 inline Policy save_all_but_attention() {
   Policy p;
   p.name = "save_all_but_attention";
-  p.keep_op = [](const OpInfo&) { return true; };  // only keepable ops are ever asked
+  p.keep_state = true;  // for the fused MLP only
+  p.keep_op = [](const OpInfo& op) { return op.keepable || detail::is_op(op, "mlp"); };
   return p;
 }
 
@@ -59,12 +67,14 @@ inline Policy megatron_selective() {
   return p;
 }
 
-/// JAX's checkpoint_dots: keep every matrix product's output (linear and matmul).
+/// JAX's checkpoint_dots: keep every matrix product's output (linear and matmul), and a fused
+/// MLP whole.
 inline Policy save_matmuls() {
   Policy p;
   p.name = "save_matmuls";
+  p.keep_state = true;  // for the fused MLP only
   p.keep_op = [](const OpInfo& op) {
-    return std::strcmp(op.op, "linear") == 0 || std::strcmp(op.op, "matmul") == 0;
+    return detail::is_op(op, "linear") || detail::is_op(op, "matmul") || detail::is_op(op, "mlp");
   };
   return p;
 }

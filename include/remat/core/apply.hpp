@@ -262,7 +262,7 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
     const Policy* pol = top.policy;
     if (needs && pol && pol->keep_op && (keepable || (pol->keep_state && top.kept_state))) {
       const Shape& shape = out.shape();
-      if (pol->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes())})) {
+      if (pol->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes()), keepable})) {
         top.kept->emplace(index, out);
         if (!keepable)  // nothing records in a first run: the state moves to the segment
           top.kept_state->emplace(index, std::make_shared<KeptStateOf<B, Saved>>(Op::name,

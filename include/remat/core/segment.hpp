@@ -24,6 +24,7 @@ struct OpInfo {
   std::int64_t index;    // position among the segment's ops, from 0
   const Shape* shape;    // the output's shape
   std::int64_t bytes;    // the output's bytes
+  bool keepable = true;  // it can rebuild its backward state from its output (else: kept whole)
 };
 
 /// Decides per interior op whether its output is kept from the first run (true) or

@@ -9,6 +9,7 @@
 #include "remat/ops/attention.hpp"
 #include "remat/ops/dropout.hpp"
 #include "remat/ops/elementwise.hpp"
+#include "remat/ops/mlp.hpp"
 
 namespace remat {
 namespace nn {
@@ -45,7 +46,8 @@ class CausalSelfAttention : public Module<B> {
   float dropout_;
 };
 
-/// GPT-2 MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout.
+/// GPT-2 MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout. Without active dropout it is one
+/// op (remat::mlp: the GELU inside the GEMMs).
 template <class B>
 class MLP : public Module<B> {
  public:
@@ -57,13 +59,13 @@ class MLP : public Module<B> {
   }
   // x (B, T, C) -> (B, T, C)
   Tensor<B> operator()(const Tensor<B>& x, bool training = true) const {
-    return dropout(c_proj(gelu(c_fc(x))), dropout_, training);
+    if (dropout_ > 0.0f && training) return dropout(c_proj(gelu(c_fc(x))), dropout_, training);
+    return mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias);
   }
   /// residual + the above: added inside c_proj's GEMM unless dropout is active in between
   Tensor<B> operator()(const Tensor<B>& x, bool training, const Tensor<B>& residual) const {
-    const auto a = gelu(c_fc(x));
-    if (dropout_ > 0.0f && training) return residual + dropout(c_proj(a), dropout_, training);
-    return c_proj(a, residual);
+    if (dropout_ > 0.0f && training) return residual + (*this)(x, training);
+    return mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias, residual);
   }
   Linear<B> c_fc, c_proj;
 

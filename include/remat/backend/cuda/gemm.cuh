@@ -35,7 +35,9 @@ struct CudaGemm {
                                    static_cast<int>(ldc)));
   }
   /// Column-major D (m, n) = op(A) op(B) + beta C through cuBLASLt with an epilogue (C is D
-  /// unless given: a matrix of D's layout, e.g. a residual added in the GEMM): BIAS adds
+  /// unless given: a matrix of D's layout, e.g. a residual added in the GEMM). GELU_AUX_BIAS
+  /// adds bias, writes that GELU input to `aux` (D's layout) and GELU of it to D; DGELU
+  /// multiplies by GELU'(aux), DGELU_BGRAD also writes bias (m) = the row sums of that. BIAS adds
   /// bias (m) to every column; BGRADA writes bias (m) = the row sums of op(A) over k, BGRADB
   /// bias (n) = the column sums of op(B) over k. `workspace` (device, `ws` bytes: the caller's
   /// Scratch, so the ledger counts it) is all the algorithm may use. Returns false, having run
@@ -44,20 +46,24 @@ struct CudaGemm {
                             const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                             float beta, float* D, std::int64_t ldd, cublasLtEpilogue_t epilogue,
                             float* bias, void* workspace, std::size_t ws,
-                            const float* C = nullptr) {
+                            const float* C = nullptr, float* aux = nullptr) {
     if (!C) C = D;
     auto& ctx = Context::get();
     // the alignment the matrices share (a view may start anywhere): the plan's algorithm must
     // not assume more (cuBLASLt's default is 256 bytes)
     std::uint32_t align = 256;
     for (const void* p : {static_cast<const void*>(A), static_cast<const void*>(B),
-                          static_cast<const void*>(C), static_cast<const void*>(D)})
+                          static_cast<const void*>(C), static_cast<const void*>(D),
+                          static_cast<const void*>(aux ? aux : D)})
       while (reinterpret_cast<std::uintptr_t>(p) % align != 0) align /= 2;
-    const LtKey key{ta, tb, m, n, k, lda, ldb, ldd, epilogue, ctx.tf32(), ws, align};
+    const LtKey key{ta, tb, m, n, k, lda, ldb, ldd, epilogue, ctx.tf32(), ws, align, aux ? ldd : 0};
     LtPlan& plan = ctx.lt_plans().get(ctx.lt(), key);
     if (!plan.found) return false;
     REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &bias, sizeof bias));
+    if (aux)
+      REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f;
     device_counters().gemms.fetch_add(1, std::memory_order_relaxed);
     const ProfileScope profile(ctx.stream(), [&] {

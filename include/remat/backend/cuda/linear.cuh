@@ -7,6 +7,12 @@
 // Row-major to cuBLASLt's column-major: y^T (out, rows) = w^T x^T, so A = w (out x in, ld out),
 // B = x (in x rows, ld in), bias along D's rows; dw^T (out, in) = dy^T x, so A = dy (out x rows,
 // ld out) summed over k = rows for the bias gradient (BGRADA), B = x transposed.
+// A two-layer MLP's GELU rides in the GEMMs too (ops/mlp.hpp):
+//   forward   pre = x w1 + b1, act = GELU(pre)  one GEMM, epilogue GELU_AUX_BIAS (pre is aux)
+//   backward  dpre = (dy w2^T) GELU'(pre)       one GEMM, epilogue DGELU_BGRAD: db1 = column
+//                                               sums of dpre (DGELU where db1 is not wanted)
+// cuBLASLt wants the GELU matrix's leading dimension (hidden) divisible by 8; other widths take
+// the fallback.
 // Where cuBLASLt has no algorithm for a shape with its epilogue, the same results come from
 // broadcast_rows + cuBLAS, or cuBLAS + a deterministic column sum; the Scratch is the same size
 // either way (CudaSizes::linear_*_scratch), so the ledger and the estimator do not depend on it.
@@ -41,6 +47,42 @@ struct CudaLinear {
     else
       CudaPointwise::broadcast_rows(y, bias, rows, out);
     CudaGemm::gemm(false, false, rows, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
+  }
+  /// pre (rows, hidden) = x (rows, in) w (in, hidden) + bias; act = GELU(pre); both written.
+  static void linear_gelu_forward(float* act, float* pre, const float* x, const float* w,
+                                  const float* bias, std::int64_t rows, std::int64_t in,
+                                  std::int64_t hidden) {
+    if (rows * hidden == 0) return;
+    const std::size_t ws = CudaSizes::linear_gelu_forward_scratch(rows, in, hidden);
+    const Scratch scratch(ws);
+    if (in > 0 && hidden % 8 == 0 &&
+        CudaGemm::gemm_epilogue(false, false, hidden, rows, in, w, hidden, x, in, 0.0f, act,
+                                hidden, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, const_cast<float*>(bias),
+                                scratch.as<void>(), ws, nullptr, pre))
+      return;
+    linear_forward(pre, x, w, bias, nullptr, rows, in, hidden);
+    CudaPointwise::gelu_forward(act, pre, rows * hidden);
+  }
+  /// dpre (rows, hidden) = (dy (rows, out) w (hidden, out)^T) GELU'(pre), written; db (hidden),
+  /// unless null, = the column sums of dpre, written.
+  static void linear_dgelu_backward(float* dpre, float* db, const float* dy, const float* w,
+                                    const float* pre, std::int64_t rows, std::int64_t hidden,
+                                    std::int64_t out) {
+    if (rows * hidden == 0) return;
+    const std::size_t bytes = CudaSizes::linear_dgelu_backward_scratch(rows, hidden, out);
+    const Scratch scratch(bytes);
+    // dpre^T (hidden x rows) = w (stored out x hidden, transposed) dy^T (out x rows)
+    if (out > 0 && hidden % 8 == 0 &&
+        CudaGemm::gemm_epilogue(true, false, hidden, rows, out, w, out, dy, out, 0.0f, dpre, hidden,
+                                db ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, db,
+                                scratch.as<void>(), bytes, nullptr, const_cast<float*>(pre)))
+      return;
+    CudaGemm::gemm(false, true, rows, hidden, out, 1.0f, dy, out, w, out, 0.0f, dpre, hidden);
+    CudaPointwise::gelu_backward(dpre, pre, dpre, rows * hidden, true);
+    if (!db) return;
+    ColumnTerm t;
+    t.g = dpre;
+    column_sum(db, t, rows, hidden, scratch.as<float>(), false);
   }
   /// dw (in, out) = x^T dy + beta_w dw; db (out) = column sums of dy (rows, out), written.
   static void linear_backward_weight(float* dw, float* db, const float* x, const float* dy,

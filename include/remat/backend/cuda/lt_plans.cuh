@@ -24,8 +24,9 @@ struct LtKey {
   bool tf32 = true;
   std::size_t workspace = 0;  // the most the algorithm may use
   std::uint32_t align = 256;  // bytes every matrix pointer is aligned to (what it may assume)
+  std::int64_t aux_ld = 0;    // the GELU input matrix's leading dimension (GELU epilogues)
   auto tie() const {
-    return std::tie(ta, tb, m, n, k, lda, ldb, ldd, epilogue, tf32, workspace, align);
+    return std::tie(ta, tb, m, n, k, lda, ldb, ldd, epilogue, tf32, workspace, align, aux_ld);
   }
   bool operator==(const LtKey& o) const { return tie() == o.tie(); }
 };
@@ -62,6 +63,15 @@ class LtPlans {
     REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    if (key.aux_ld > 0) {
+      // The heuristic reads the aux pointer's value for its alignment only: give it an address
+      // exactly as aligned as the key promises (the real one is set at each call).
+      void* aligned = reinterpret_cast<void*>(static_cast<std::uintptr_t>(key.align));
+      REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                        &key.aux_ld, sizeof key.aux_ld));
+      REMAT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                        &aligned, sizeof aligned));
+    }
     // stored shapes: op(A) is (m, k), op(B) is (k, n)
     REMAT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, key.ta ? key.k : key.m,
                                                   key.ta ? key.m : key.k, key.lda));

@@ -80,6 +80,19 @@ struct CudaSizes {
     const std::size_t ws = in == 0 ? 0 : gemm_workspace(out, in), cs = column_sum_scratch(out);
     return ws > cs ? ws : cs;
   }
+  /// linear_gelu_forward: the workspace of its GEMM (output hidden x rows).
+  static std::size_t linear_gelu_forward_scratch(std::int64_t rows, std::int64_t in,
+                                                 std::int64_t hidden) {
+    return linear_forward_scratch(rows, in, hidden);
+  }
+  /// linear_dgelu_backward: the workspace of its GEMM (hidden x rows), or, where cuBLASLt has
+  /// no GELU-gradient epilogue for it, a column sum's scratch: whichever is larger.
+  static std::size_t linear_dgelu_backward_scratch(std::int64_t rows, std::int64_t hidden,
+                                                   std::int64_t out) {
+    if (rows * hidden == 0) return 0;
+    const std::size_t ws = out == 0 ? 0 : gemm_workspace(hidden, rows), cs = column_sum_scratch(hidden);
+    return ws > cs ? ws : cs;
+  }
   /// layer_norm_backward: a row of dw and a row of db partial sums per row chunk (taken
   /// whenever rows > 0, as on the CPU).
   static std::size_t layer_norm_backward_scratch(std::int64_t rows, std::int64_t C) {

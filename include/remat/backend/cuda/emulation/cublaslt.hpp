@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: MIT
 // The cuBLASLt subset remat calls, for the emulation build: fp32 matmul descriptors, column-major
 // layouts, a workspace preference, one heuristic answer, and cublasLtMatmul with the epilogues
-// remat uses (DEFAULT, BIAS, BGRADA, BGRADB). The checks are cuBLASLt's: layouts that match the
+// remat uses (DEFAULT, BIAS, BGRADA, BGRADB, GELU_AUX_BIAS, DGELU, DGELU_BGRAD). The checks are cuBLASLt's: layouts that match the
 // op flags and m, n, k, leading dimensions at least the stored rows, a workspace at least what
 // the chosen algorithm asked for, matrices as aligned as the preference promised the heuristic
 // (256 bytes unless told), device pointers. C is D, or a matrix of D's layout that does not
@@ -16,6 +16,7 @@
 
 #include "remat/backend/cuda/emulation/cublas.hpp"
 #include "remat/backend/cuda/emulation/runtime.hpp"
+#include "remat/core/math.hpp"
 
 enum cudaDataType_t { CUDA_R_32F = 0 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 };
@@ -24,12 +25,17 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
 };
 enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_DEFAULT = 1,
   CUBLASLT_EPILOGUE_BIAS = 4,
   CUBLASLT_EPILOGUE_BGRADA = 256,
   CUBLASLT_EPILOGUE_BGRADB = 512,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,  // bias, then GELU; the GELU input to aux
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128,              // times GELU'(aux)
+  CUBLASLT_EPILOGUE_DGELU_BGRAD = 64 | 128 | 16,   // and the bias gradient of that result
 };
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
@@ -45,6 +51,8 @@ struct cublasLtMatmulDescOpaque_t {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void* bias = nullptr;
+  void* aux = nullptr;
+  std::int64_t aux_ld = 0;
 };
 struct cublasLtMatrixLayoutOpaque_t {
   std::uint64_t rows = 0, cols = 0;
@@ -105,8 +113,13 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
       d->epilogue = static_cast<cublasLtEpilogue_t>(*static_cast<const std::uint32_t*>(buf));
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
       if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
-      d->bias = *static_cast<void* const*>(buf);
+      (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER ? d->bias : d->aux) = *static_cast<void* const*>(buf);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      if (size != sizeof(std::int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      d->aux_ld = *static_cast<const std::int64_t*>(buf);
       return CUBLAS_STATUS_SUCCESS;
   }
   return CUBLAS_STATUS_INVALID_VALUE;
@@ -165,6 +178,17 @@ inline bool lt_shape(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLa
          D.rows == C.rows && D.cols == C.cols && D.ld == C.ld;
 }
 
+/// Whether the epilogue reads or writes the GELU input matrix (aux).
+inline bool lt_gelu(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU ||
+         e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+/// cuBLASLt's rule for the GELU input matrix: its leading dimension divisible by 8 and at least
+/// the output's rows.
+inline bool lt_aux_ld_ok(const cublasLtMatmulDescOpaque_t& d, int m) {
+  return !lt_gelu(d.epilogue) || (d.aux_ld % 8 == 0 && d.aux_ld >= m);
+}
+
 /// What the emulated heuristic asks for: room for a split over k of up to 4 parts of the output.
 inline std::size_t lt_workspace_wanted(int m, int n) {
   return static_cast<std::size_t>(m) * static_cast<std::size_t>(n) * 4 * sizeof(float);
@@ -183,6 +207,7 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     return CUBLAS_STATUS_INVALID_VALUE;
   int m = 0, n = 0, k = 0;
   if (!remat::cuda::emu::lt_shape(*d, *A, *B, *C, *D, m, n, k)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!remat::cuda::emu::lt_aux_ld_ok(*d, m)) return CUBLAS_STATUS_INVALID_VALUE;
   *returned = 0;
   if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
       remat::cuda::emu::device().faults().lt_no_epilogue)
@@ -220,11 +245,20 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
   auto& dev = device();
   if (workspace_bytes > 0 && !dev.is_device(workspace, workspace_bytes))
     return CUBLAS_STATUS_EXECUTION_FAILED;
-  const bool bias_in = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
-  const bool bias_out = d->epilogue == CUBLASLT_EPILOGUE_BGRADA || d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
-  if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias_in && !bias_out)
+  const auto ep = d->epilogue;
+  const bool gelu_fwd = ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = ep == CUBLASLT_EPILOGUE_DGELU || ep == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  const bool bias_in = ep == CUBLASLT_EPILOGUE_BIAS || gelu_fwd;
+  const bool bias_out = ep == CUBLASLT_EPILOGUE_BGRADA || ep == CUBLASLT_EPILOGUE_BGRADB ||
+                        ep == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  if (ep != CUBLASLT_EPILOGUE_DEFAULT && !bias_in && !bias_out && !dgelu)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  const int bias_len = d->epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m;
+  if (!lt_aux_ld_ok(*d, m)) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((gelu_fwd || dgelu) &&
+      (!dev.is_device(d->aux, sizeof(float) * static_cast<std::size_t>(d->aux_ld * (n - 1) + m)) ||
+       reinterpret_cast<std::uintptr_t>(d->aux) % algo->data[4] != 0))
+    return CUBLAS_STATUS_EXECUTION_FAILED;  // (the plan assumed D's alignment for it)
+  const int bias_len = ep == CUBLASLT_EPILOGUE_BGRADB ? n : m;
   if ((bias_in || bias_out) && !dev.is_device(d->bias, sizeof(float) * static_cast<std::size_t>(bias_len)))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
@@ -250,9 +284,27 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
       static_cast<int>(Dd->ld), 0, 1);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   float* bias = static_cast<float*>(d->bias);
+  float* aux = static_cast<float*>(d->aux);
+  auto at = [](float* M, long long ld, int i, int j) -> float& { return M[i + j * ld]; };
   if (bias_in) {
     for (int j = 0; j < n; ++j)
-      for (int i = 0; i < m; ++i) Dp[i + static_cast<long long>(j) * Dd->ld] += bias[i];
+      for (int i = 0; i < m; ++i) {
+        float& v = at(Dp, Dd->ld, i, j);
+        v += bias[i];
+        if (gelu_fwd) {  // aux = the GELU input, D = GELU(it)
+          at(aux, d->aux_ld, i, j) = v;
+          v = remat::math::gelu(v);
+        }
+      }
+  } else if (dgelu) {  // D = product x GELU'(aux); the bias gradient sums that over the columns
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) at(Dp, Dd->ld, i, j) *= remat::math::gelu_grad(at(aux, d->aux_ld, i, j));
+    if (bias_out)
+      for (int i = 0; i < m; ++i) {
+        double s = 0;
+        for (int j = 0; j < n; ++j) s += at(Dp, Dd->ld, i, j);
+        bias[i] = static_cast<float>(s);
+      }
   } else if (bias_out) {  // sum over k, in order, in double
     const bool on_a = d->epilogue == CUBLASLT_EPILOGUE_BGRADA;
     const bool t = on_a ? d->ta != CUBLAS_OP_N : d->tb != CUBLAS_OP_N;
