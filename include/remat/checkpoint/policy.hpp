@@ -27,8 +27,9 @@ inline bool is_op(const OpInfo& op, const char* name) { return std::strcmp(op.op
 
 /// Keep the outputs of the linear layers; recompute everything else in the segment: layer
 /// norms, pointwise ops (GELU, residual adds, dropout) and the attention core. A fused MLP
-/// (remat::mlp: two linear layers with the GELU between them inside its GEMMs) is kept whole,
-/// its state included, since it cannot give its linear layers' outputs back apart. (This is
+/// (remat::mlp: two linear layers with the GELU between them inside its GEMMs) keeps its state
+/// less the GELU's output (its input, its first layer's output, and its own output; backward
+/// rebuilds the GELU's output from the first layer's). (This is
 /// not Megatron-LM's selective recompute, which keeps norms and pointwise ops as well and
 /// recomputes only the attention core: policy::megatron_selective.)
 inline Policy save_linear() {
@@ -40,7 +41,8 @@ inline Policy save_linear() {
 }
 
 /// Keep every output that an op can rebuild its backward from (linear, matmul, pointwise, shape
-/// ops) and the fused MLP whole; recompute only layer norms and the attention core. The
+/// ops) and the fused MLP's state (less the GELU output, which its backward rebuilds);
+/// recompute only layer norms and the attention core. The
 /// cheapest replay that still drops attention's state (its probabilities, when they are kept).
 inline Policy save_all_but_attention() {
   Policy p;
@@ -68,7 +70,7 @@ inline Policy megatron_selective() {
 }
 
 /// JAX's checkpoint_dots: keep every matrix product's output (linear and matmul), and a fused
-/// MLP whole.
+/// MLP's state less its GELU output.
 inline Policy save_matmuls() {
   Policy p;
   p.name = "save_matmuls";

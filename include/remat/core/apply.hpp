@@ -17,6 +17,8 @@
 // and, with it, `static int pass_through(const Saved<B>&)`: the input whose gradient is dout
 // unchanged (or -1); the tape may make dout that input's buffer (detail::passed_at).
 // `each` lets the node count the saved bytes exactly and mark them as activations.
+// Optionally, `static void slim(Saved<B>&)` drops what backward can cheaply rebuild itself: a
+// checkpoint policy that keeps the op's whole state (Policy::keep_state) keeps it slimmed.
 // Optionally, `static void save(Saved<B>&, const Tensor<B>& out, inputs..., attrs...)` fills
 // Saved from the output without computing: checkpoint policies can then keep the op's output
 // and skip it in the replay (core/segment.hpp).
@@ -59,6 +61,13 @@ struct has_pass_through : std::false_type {};
 template <class Op, class B>
 struct has_pass_through<Op, B, std::void_t<decltype(Op::pass_through(
     std::declval<const typename Op::template Saved<B>&>()))>> : std::true_type {};
+
+// Can Op's state be slimmed for keeping (static void slim(Saved&))?
+template <class Op, class B, class = void>
+struct has_slim : std::false_type {};
+template <class Op, class B>
+struct has_slim<Op, B, std::void_t<decltype(Op::slim(std::declval<typename Op::template Saved<B>&>()))>>
+    : std::true_type {};
 
 template <class Op, class B>
 struct OpBody final : NodeBody<B> {
@@ -264,9 +273,11 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
       const Shape& shape = out.shape();
       if (pol->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes()), keepable})) {
         top.kept->emplace(index, out);
-        if (!keepable)  // nothing records in a first run: the state moves to the segment
+        if (!keepable) {  // nothing records in a first run: the state moves to the segment
+          if constexpr (has_slim<Op, B>::value) Op::slim(saved);
           top.kept_state->emplace(index, std::make_shared<KeptStateOf<B, Saved>>(Op::name,
                                                                                  std::move(saved)));
+        }
       }
     }
   } else if (top.mode == FrameMode::replay && !from_cache) {

@@ -16,7 +16,8 @@ namespace remat {
 //   dpre = (dy W2^T) GELU'(pre)  (one GEMM with the GELU gradient in it, and db1 = sum_rows dpre)
 //   dW1 = x^T dpre;  dx = dpre W1^T
 // Saves x, pre and act: what linear, gelu, linear would save (the same bytes); x only when W1
-// wants a gradient, act only when W2 does.
+// wants a gradient, act only when W2 does. A checkpoint policy that keeps this op keeps it
+// without act (slim), rebuilt in backward from pre.
 struct MlpOp {
   static constexpr const char* name = "mlp";
   template <class B>
@@ -85,6 +86,12 @@ struct MlpOp {
   static int pass_through(const Saved<B>& s) {
     return s.residual ? 5 : -1;
   }
+  // Kept by a checkpoint policy (save_linear: the linear layers' outputs), the state drops act:
+  // backward rebuilds it from pre (one GELU), as a replay of linear, gelu, linear would.
+  template <class B>
+  static void slim(Saved<B>& s) {
+    s.act = Tensor<B>();
+  }
   // Each fresh buffer is written (NOTE [fresh gradient buffers]); dpre is this op's scratch.
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
@@ -100,18 +107,24 @@ struct MlpOp {
       else
         B::add_into(ptr(5), dy, dout.numel());
     }
-    // the second layer: dW2 and db2 in one GEMM where db2 is fresh
+    // the second layer: dW2 and db2 in one GEMM where db2 is fresh; act rebuilt if slimmed
+    Tensor<B> act = s.act;
+    if (ptr(3) && !act.defined()) {
+      act = detail::make_tensor<B>(&dout.tape(), s.pre.shape());
+      B::gelu_forward(act.template data<float>(), s.pre.template data<float>(), s.pre.numel());
+    }
     if (ptr(3) && ptr(4) && detail::fresh_at(fresh, 4)) {
-      B::linear_backward_weight(ptr(3), ptr(4), s.act.template data<float>(), dy, s.rows,
-                                s.hidden, s.out, beta(3));
+      B::linear_backward_weight(ptr(3), ptr(4), act.template data<float>(), dy, s.rows, s.hidden,
+                                s.out, beta(3));
     } else {
       if (ptr(3))
-        B::gemm(true, false, s.hidden, s.out, s.rows, 1.0f, s.act.template data<float>(),
-                s.hidden, dy, s.out, beta(3), ptr(3), s.out);
+        B::gemm(true, false, s.hidden, s.out, s.rows, 1.0f, act.template data<float>(), s.hidden,
+                dy, s.out, beta(3), ptr(3), s.out);
       if (ptr(4))
         B::binary_backward(math::BinaryKind::add, nullptr, ptr(4), dy, dy, dy, s.rows, s.out,
                            false, true, false, detail::fresh_at(fresh, 4));
     }
+    act = Tensor<B>();  // a rebuilt act goes before dpre comes
     if (!ptr(0) && !ptr(1) && !ptr(2)) return;
     // dpre, with db1 from the same GEMM where db1 is fresh
     auto dpre = detail::make_tensor<B>(&dout.tape(), s.pre.shape());
