@@ -2,10 +2,11 @@
 // SPDX-License-Identifier: MIT
 // The cuBLASLt subset remat calls, for the emulation build: fp32 matmul descriptors, column-major
 // layouts, a workspace preference, one heuristic answer, and cublasLtMatmul with the epilogues
-// remat uses (DEFAULT, BIAS, BGRADA, BGRADB, GELU_AUX_BIAS, DGELU, DGELU_BGRAD). The checks are cuBLASLt's: layouts that match the
-// op flags and m, n, k, leading dimensions at least the stored rows, a workspace at least what
-// the chosen algorithm asked for, matrices as aligned as the preference promised the heuristic
-// (256 bytes unless told), device pointers. C is D, or a matrix of D's layout that does not
+// remat uses (DEFAULT, BIAS, BGRADA, BGRADB, GELU_AUX_BIAS, DGELU, DGELU_BGRAD). The checks are
+// cuBLASLt's: layouts that match the op flags and m, n, k, leading dimensions at least the
+// stored rows, a workspace at least what the chosen algorithm asked for, matrices as aligned as
+// the preference promised the heuristic (256 bytes unless told), device pointers, the GELU
+// matrix's leading dimension a multiple of 8. C is D, or a matrix of D's layout that does not
 // overlap it (a residual the GEMM adds: read, not written).
 // With Faults::lt_no_epilogue the heuristic finds nothing for an epilogue, as a real cuBLASLt
 // may for a layout it does not support, so the caller's fallback is tested too.
