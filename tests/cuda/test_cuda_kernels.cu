@@ -226,11 +226,21 @@ void test_mlp_epilogues() {
     const std::vector<float> poison(n, NAN);
     DeviceBuf dx(x), dw1(w1), db1(b1), dw2(w2), ddy(dy), pre(poison), act(poison), dpre(poison),
         db(std::vector<float>(db_ref.size(), NAN)), dpre2(poison);
+    // the ledger holds each call's scratch once, the size the estimator mirrors (CudaSizes)
+    const std::int64_t live0 = memory_stats<Cuda>().live_total;
+    reset_peak_memory<Cuda>();
     const auto c0 = cuda::device_counters().now();
     Cuda::linear_gelu_forward(act.p, pre.p, dx.p, dw1.p, db1.p, rows, in, hidden);
+    const std::int64_t fwd_scratch = memory_stats<Cuda>().peak_total - live0;
+    reset_peak_memory<Cuda>();
     const auto c1 = cuda::device_counters().now();
     Cuda::linear_dgelu_backward(dpre.p, db.p, ddy.p, dw2.p, pre.p, rows, hidden, out);
+    const std::int64_t bwd_scratch = memory_stats<Cuda>().peak_total - live0;
     const auto c2 = cuda::device_counters().now();
+    check(fwd_scratch == static_cast<std::int64_t>(Cuda::linear_gelu_forward_scratch(rows, in, hidden)) &&
+              bwd_scratch == static_cast<std::int64_t>(Cuda::linear_dgelu_backward_scratch(rows, hidden, out)),
+          "mlp GEMMs: the scratch the ledger sees is CudaSizes' (fallback included)",
+          double(fwd_scratch));
     Cuda::linear_dgelu_backward(dpre2.p, nullptr, ddy.p, dw2.p, pre.p, rows, hidden, out);
     const auto c3 = cuda::device_counters().now();
     const double ep = maxdiff(pre.host(), pre_ref), ea = maxdiff(act.host(), act_ref);

@@ -53,13 +53,14 @@ struct CudaLinear {
                                   const float* bias, std::int64_t rows, std::int64_t in,
                                   std::int64_t hidden) {
     if (rows * hidden == 0) return;
-    const std::size_t ws = CudaSizes::linear_gelu_forward_scratch(rows, in, hidden);
-    const Scratch scratch(ws);
-    if (in > 0 && hidden % 8 == 0 &&
-        CudaGemm::gemm_epilogue(false, false, hidden, rows, in, w, hidden, x, in, 0.0f, act,
-                                hidden, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, const_cast<float*>(bias),
-                                scratch.as<void>(), ws, nullptr, pre))
-      return;
+    if (in > 0 && hidden % 8 == 0) {
+      const std::size_t ws = CudaSizes::linear_gelu_forward_scratch(rows, in, hidden);
+      const Scratch scratch(ws);
+      if (CudaGemm::gemm_epilogue(false, false, hidden, rows, in, w, hidden, x, in, 0.0f, act,
+                                  hidden, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                                  const_cast<float*>(bias), scratch.as<void>(), ws, nullptr, pre))
+        return;
+    }  // (released first: linear_forward takes a workspace of the same size)
     linear_forward(pre, x, w, bias, nullptr, rows, in, hidden);
     CudaPointwise::gelu_forward(act, pre, rows * hidden);
   }
