@@ -55,6 +55,18 @@ inline bool fresh_at(const std::vector<char>& fresh, std::size_t i) {
 inline bool passed_at(const std::vector<char>& fresh, std::size_t i) {
   return i < fresh.size() && fresh[i] == 2;
 }
+/// Input i's gradient is dout unchanged (a residual's): nothing to do where dout passed
+/// through, a copy into a fresh buffer, else an add.
+template <class B>
+void gradient_is_dout(std::vector<Tensor<B>>& dinp, std::size_t i, const Tensor<B>& dout,
+                      const std::vector<char>& fresh) {
+  if (i >= dinp.size() || !dinp[i].defined() || passed_at(fresh, i)) return;
+  float* d = dinp[i].template data<float>();
+  if (fresh_at(fresh, i))
+    B::copy(d, dout.template data<float>(), sizeof(float) * static_cast<std::size_t>(dout.numel()));
+  else
+    B::add_into(d, dout.template data<float>(), dout.numel());
+}
 // Does Op name an input whose gradient passes through (static int pass_through(const Saved&))?
 template <class Op, class B, class = void>
 struct has_pass_through : std::false_type {};

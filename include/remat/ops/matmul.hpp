@@ -208,12 +208,7 @@ struct LinearOp {
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
     const float* dy = dout.template data<float>();
-    if (dinp.size() > 3 && dinp[3].defined() && !detail::passed_at(fresh, 3)) {
-      if (detail::fresh_at(fresh, 3))
-        B::copy(dinp[3].template data<float>(), dy, sizeof(float) * static_cast<std::size_t>(dout.numel()));
-      else
-        B::add_into(dinp[3].template data<float>(), dy, dout.numel());
-    }
+    detail::gradient_is_dout(dinp, 3, dout, fresh);
     if (dinp[0].defined())
       B::gemm(false, true, s.rows, s.in, s.out, 1.0f, dy, s.out, s.w.template data<float>(),
               s.out, detail::fresh_at(fresh, 0) ? 0.0f : 1.0f, dinp[0].template data<float>(), s.in);

@@ -101,12 +101,7 @@ struct MlpOp {
       return i < dinp.size() && dinp[i].defined() ? dinp[i].template data<float>() : nullptr;
     };
     auto beta = [&](std::size_t i) { return detail::fresh_at(fresh, i) ? 0.0f : 1.0f; };
-    if (ptr(5) && !detail::passed_at(fresh, 5)) {  // dr = dy
-      if (detail::fresh_at(fresh, 5))
-        B::copy(ptr(5), dy, sizeof(float) * static_cast<std::size_t>(dout.numel()));
-      else
-        B::add_into(ptr(5), dy, dout.numel());
-    }
+    detail::gradient_is_dout(dinp, 5, dout, fresh);  // dr = dy
     // the second layer: dW2 and db2 in one GEMM where db2 is fresh; act rebuilt if slimmed
     Tensor<B> act = s.act;
     if (ptr(3) && !act.defined()) {
