@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -318,16 +319,22 @@ TEST_CASE("GPT steps: the arena stops growing and stays near the ledger's peak",
     }
     INFO(strategy);
     // The first step allocates the optimizer's state after its own peak, so the second is the
-    // first with all of it; the online layout (no StepScope here) then settles (measured: from
-    // the second step for none; for block, where checkpoint replays add into the real gradient
+    // first with all of it; the online layout (no StepScope here) then stops growing. For none
+    // it settles (measured: from the second step): every step is the same, no page given back
+    // and faulted in again. For block, where checkpoint replays add into the real gradient
     // buffers and the fused attention's forward scratch comes and goes inside the replays,
-    // from the 12th, the 5th with materialized attention) and every step is the same: no
-    // growth, no page given back and faulted in again.
+    // best fit cycles with period 3 since cross-entropy writes dlogits over the logits
+    // (measured: 10.2, 7.1 and 3.9 MB given back and faulted in again per step against a
+    // 76 MB peak; it settled from the 12th step before): the cap holds by giving pages back.
+    // A StepScope plans the step's layout and removes that (test_cpu_step_layout.cpp).
+    const double ledger = static_cast<double>(memory_stats<Cpu>().peak_total - live0);
     for (std::size_t s = 12; s < reserved.size(); ++s) {
       CHECK(reserved[s] == reserved[11]);
-      CHECK(refaulted[s] == refaulted[11]);
+      if (std::string(strategy) == "none")
+        CHECK(refaulted[s] == refaulted[11]);
+      else
+        CHECK(static_cast<double>(refaulted[s] - refaulted[s - 1]) <= 0.2 * ledger);
     }
-    const double ledger = static_cast<double>(memory_stats<Cpu>().peak_total - live0);
     const double peak = static_cast<double>(Cpu::peak_reserved_bytes() - reserved0);
     INFO("ledger peak " << ledger << " B, reserved peak " << peak << " B");
     CHECK(peak <= ledger * 1.03);  // the cap: 0.5%, at least 512 KiB (online placement only)

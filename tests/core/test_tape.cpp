@@ -134,6 +134,60 @@ TEST_CASE("a residual add passes its output's gradient through to an operand", "
     REQUIRE(std::fabs(twice[i] - 2.0f * once[i]) <= 1e-5f * (1.0f + std::fabs(once[i])));
 }
 
+TEST_CASE("cross-entropy writes dlogits over its logits when nothing else holds them", "[tape]") {
+  // NOTE [fresh gradient buffers], written over: the logits' buffer becomes their gradient
+  // buffer. The same gradients, bit for bit, as when a held handle forbids it; one N x V
+  // buffer fewer at the peak; a held tensor keeps its values; where another op saved the
+  // logits nothing is overwritten, and a later contribution adds into the overwritten buffer.
+  constexpr std::int64_t N = 6, C = 4, V = 50;
+  std::vector<float> xv(N * C), wv(V * C);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = rng::normal(8, xv.size(), i);
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = 0.5f * rng::normal(9, wv.size(), i);
+  Tape<Cpu> tape;
+  auto x = tape.parameter({N, C}, xv), w = tape.parameter({V, C}, wv);
+  const auto t = tape.tokens({N}, std::vector<std::int32_t>{3, 49, 0, 3, 17, 8});
+  const std::vector<Tensor<Cpu>> ps{x, w};
+  auto grads = [&] {
+    std::vector<std::vector<float>> g{x.grad().to_vector(), w.grad().to_vector()};
+    optim::zero_grad(ps);
+    return g;
+  };
+  reset_peak_memory<Cpu>();
+  const std::int64_t base = memory_stats<Cpu>().live_total;
+  {
+    auto loss = cross_entropy(matmul(x, w, false, true), t);  // the logits die unheld (a
+    tape.backward(loss);  // temporary in backward's own full expression would still be held)
+  }
+  const std::int64_t peak_over = memory_stats<Cpu>().peak_total - base;
+  const auto over = grads();
+
+  reset_peak_memory<Cpu>();
+  std::vector<float> held_before;
+  {
+    auto logits = matmul(x, w, false, true);
+    held_before = logits.to_vector();
+    tape.backward(cross_entropy(logits, t));
+    CHECK(logits.to_vector() == held_before);  // not written over: the handle holds it
+  }
+  const std::int64_t peak_held = memory_stats<Cpu>().peak_total - base;
+  CHECK(grads() == over);
+  CHECK(peak_held - peak_over == N * V * 4);
+
+  // another op saved the logits (their square): no overwrite; tanh saved only its output, so
+  // there the buffer is overwritten and tanh's backward adds into it afterwards
+  for (int saved_elsewhere = 0; saved_elsewhere < 2; ++saved_elsewhere) {
+    auto loss = [&] {
+      auto logits = matmul(x, w, false, true);
+      auto other = saved_elsewhere ? sum(logits * logits) * 0.01f : sum(tanh(logits));
+      auto ce = cross_entropy(logits, t);
+      return ce + other;
+    };
+    tape.backward(loss());
+    check_finite_differences(ps, loss, 7);
+    optim::zero_grad(ps);
+  }
+}
+
 TEST_CASE("NoGrad records nothing and its outputs need no gradient", "[tape]") {
   Tape<Cpu> tape;
   auto w = tape.parameter({2, 2}, {1, 2, 3, 4});

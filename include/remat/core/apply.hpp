@@ -15,7 +15,10 @@
 //   template <class B> static void backward(const Saved<B>&, const Tensor<B>& dout,
 //       std::vector<Tensor<B>>& dinp, const std::vector<char>& fresh);  // fresh[i]: dinp[i] =
 // and, with it, `static int pass_through(const Saved<B>&)`: the input whose gradient is dout
-// unchanged (or -1); the tape may make dout that input's buffer (detail::passed_at).
+// unchanged (or -1); the tape may make dout that input's buffer (detail::passed_at); and/or
+// `static int grad_over_saved(const Saved<B>&, const Tensor<B>*& t)`: the input whose gradient
+// backward can write over the saved tensor t, element by element (or -1); the tape makes t that
+// input's buffer, fresh, when nothing else holds it (cross-entropy: dlogits over the logits).
 // `each` lets the node count the saved bytes exactly and mark them as activations.
 // Optionally, `static void slim(Saved<B>&)` drops what backward can cheaply rebuild itself: a
 // checkpoint policy that keeps the op's whole state (Policy::keep_state) keeps it slimmed.
@@ -73,6 +76,13 @@ struct has_pass_through : std::false_type {};
 template <class Op, class B>
 struct has_pass_through<Op, B, std::void_t<decltype(Op::pass_through(
     std::declval<const typename Op::template Saved<B>&>()))>> : std::true_type {};
+// Does Op name an input whose gradient backward may write over a saved tensor?
+template <class Op, class B, class = void>
+struct has_grad_over_saved : std::false_type {};
+template <class Op, class B>
+struct has_grad_over_saved<Op, B, std::void_t<decltype(Op::grad_over_saved(
+    std::declval<const typename Op::template Saved<B>&>(), std::declval<const Tensor<B>*&>()))>>
+    : std::true_type {};
 
 // Can Op's state be slimmed for keeping (static void slim(Saved&))?
 template <class Op, class B, class = void>
@@ -101,6 +111,11 @@ struct OpBody final : NodeBody<B> {
   bool writes_fresh() const override { return writes_fresh_grads<Op, B>::value; }
   int pass_through() const override {
     if constexpr (has_pass_through<Op, B>::value) return Op::pass_through(saved);
+    return -1;
+  }
+  int grad_over_saved(const Tensor<B>*& t) const override {
+    if constexpr (has_grad_over_saved<Op, B>::value) return Op::grad_over_saved(saved, t);
+    (void)t;
     return -1;
   }
   void backward(Tape<B>& tape, std::vector<Tensor<B>>& douts,

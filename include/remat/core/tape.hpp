@@ -68,6 +68,10 @@ struct NodeBody {
   /// -1. Its buffer may be the output's gradient itself, passed through (NOTE [fresh gradient
   /// buffers]); only a node that writes_fresh() is asked.
   virtual int pass_through() const { return -1; }
+  /// The input whose gradient backward may write over a tensor the node saved (cross-entropy's
+  /// dlogits over its logits), with that tensor in `t`; or -1. Only a node that writes_fresh()
+  /// is asked (NOTE [fresh gradient buffers]).
+  virtual int grad_over_saved(const Tensor<B>*& t) const { (void)t; return -1; }
   std::size_t saved_bytes = 0;  // distinct bytes this node keeps alive for backward
   bool segment = false;         // a checkpoint segment: its replayed interior adds the gradients
   std::uint64_t frame_serial = 0;  // a segment: the serial of its first run's frame
@@ -559,14 +563,23 @@ class Tape {
       // (pass_through(): a residual add), that input has no buffer yet, and nothing else holds
       // the output's gradient, the gradient itself becomes the input's buffer: no copy, no new
       // buffer. Its flag is 2 (it holds the gradient already; the op leaves it alone).
+      // Written over: where such a node's input may take its gradient in a tensor the node
+      // saved (grad_over_saved(): cross-entropy's logits), that input has no buffer yet, and
+      // nothing but the node holds that tensor, the saved buffer becomes the input's gradient
+      // buffer, fresh: backward writes the gradient over the values it reads (element by
+      // element, each read before it is written). One buffer of that size fewer at the peak.
       dinp.clear();
       fresh_.clear();
       const int passed = node.body->writes_fresh() ? pass_through_input(node, douts) : -1;
+      const Tensor<B>* over = nullptr;
+      const int overwritten = node.body->writes_fresh() ? over_saved_input(node, passed, over) : -1;
       for (std::size_t i = 0; i < node.inputs.size(); ++i) {
         bool fresh = false;
         if (static_cast<int>(i) == passed) grads_[static_cast<std::size_t>(node.inputs[i].id)] = douts[0];
+        if (static_cast<int>(i) == overwritten)
+          grads_[static_cast<std::size_t>(node.inputs[i].id)] = detail::alias(*over, over->shape());
         dinp.push_back(grad_buffer(node.inputs[i], fresh));
-        fresh_.push_back(static_cast<int>(i) == passed ? 2 : fresh ? 1 : 0);
+        fresh_.push_back(static_cast<int>(i) == passed ? 2 : fresh || static_cast<int>(i) == overwritten ? 1 : 0);
       }
       for (std::size_t i = 0; i < dinp.size(); ++i) {
         if (fresh_[i] != 1) continue;
@@ -653,6 +666,26 @@ class Tape {
     if (!(in.shape == g.shape()) || in.dtype != g.dtype()) return -1;
     if (g.impl_ptr().use_count() != 1 || g.storage().use_count() != 1) return -1;
     for (std::size_t j = 0; j < node.inputs.size(); ++j)  // x + x: both add into one buffer
+      if (j != static_cast<std::size_t>(i) && node.inputs[j].id == in.id) return -1;
+    return i;
+  }
+  /// The input of `node` whose gradient buffer is a tensor the node saved (`over`), or -1: the
+  /// one grad_over_saved() names, when it is a recorded tensor with no gradient buffer yet, not
+  /// the passed-through one nor another input too, and the saved tensor has its shape and
+  /// dtype, covers its whole buffer, and is held by nothing but the node (no handle, view or
+  /// other node shares the buffer).
+  int over_saved_input(const Node<B>& node, int passed, const Tensor<B>*& over) const {
+    const int i = node.body->grad_over_saved(over);
+    if (i < 0 || i == passed || static_cast<std::size_t>(i) >= node.inputs.size() || !over ||
+        !over->defined())
+      return -1;
+    const NodeInput<B>& in = node.inputs[static_cast<std::size_t>(i)];
+    if (in.id < 0 || grads_[static_cast<std::size_t>(in.id)].defined()) return -1;
+    if (!(in.shape == over->shape()) || in.dtype != over->dtype() || in.dtype != DType::f32) return -1;
+    if (over->impl_ptr().use_count() != 1 || over->storage().use_count() != 1 ||
+        over->bytes() != over->storage()->bytes())
+      return -1;
+    for (std::size_t j = 0; j < node.inputs.size(); ++j)
       if (j != static_cast<std::size_t>(i) && node.inputs[j].id == in.id) return -1;
     return i;
   }

@@ -43,6 +43,13 @@ struct CrossEntropyOp {
     s.targets = targets;
     return out;
   }
+  // dlogits may be written over the logits (the tape decides: nothing else may hold them), so
+  // the step never holds both N x V buffers at once; each element is read, then written.
+  template <class B>
+  static int grad_over_saved(const Saved<B>& s, const Tensor<B>*& t) {
+    t = &s.logits;
+    return 0;
+  }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]

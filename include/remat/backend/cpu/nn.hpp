@@ -297,6 +297,7 @@ struct CpuNn {
     loss[0] = static_cast<float>(total / static_cast<double>(N));
   }
   // dlogits[i, j] += scale (exp(logits[i, j] - lse_i) - [j == t_i]),  scale = dloss[0] / N
+  // (dlogits may be logits itself with set: each element is read before it is written)
   static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                                      const std::int32_t* targets, std::int64_t N, std::int64_t V,
                                      const float* dloss, bool set = false) {

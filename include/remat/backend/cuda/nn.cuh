@@ -201,6 +201,7 @@ __global__ void mean_kernel(float* out, const float* x, std::int64_t n) {
   if (threadIdx.x == 0) out[0] = static_cast<float>(sh[0] / static_cast<double>(n));
 }
 // scale = dloss[0] / N, read on the device (the loss's gradient never visits the host)
+// dlogits may be logits itself (set): each thread reads its element, then writes it
 template <int = 0>
 __global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
                                               const std::int32_t* targets, std::int64_t V,
