@@ -520,6 +520,7 @@ int train(Flags f, const CLI::App& app, dist::Comm& comm) {
   StepOptions so;
   so.optimizer = f.optimizer;
   so.momentum = f.optimizer == "sgd" ? f.momentum : 0.0f;
+  so.grad_clip = f.grad_clip;
   if (f.estimate) {
     print_estimates<B>(c, f, so);
     return 0;

@@ -16,10 +16,11 @@
 //   read with minmax_i32);
 // - the loss stays on the device: cross_entropy_forward averages the rows there (mean_kernel),
 //   cross_entropy_backward reads the loss's gradient there; the host reads it at loss.item();
-// - the gradient norm of clipping takes every parameter's partial sums in one copy
-//   (sum_squares_many), not one per parameter; the factor is applied on the host's side.
-// A step with clipping copies to the host twice (the norm, the loss) and also waits for its
-// three uploads (ids, targets, positions: copy_from_host waits, the host buffer may go away).
+// - clipping computes the gradient norm and its factor and scales on the device
+//   (clip_norm_many, NOTE [clipping on the device]); optim::clip_grad_norm_ returns the norm
+//   as a tensor, read only when printed (optim::clip_grad_norm reads it: one copy).
+// A step with clipping copies to the host once (the loss) and also waits for its three
+// uploads (ids, targets, positions: copy_from_host waits, the host buffer may go away).
 // The emulation counts them (tests/cuda, "host round trips").
 
 #include <string>

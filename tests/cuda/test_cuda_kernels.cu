@@ -511,6 +511,43 @@ void test_clip_lists() {
     differ += ha.back() != host[static_cast<std::size_t>(k)].back();
   }
   check(differ == 0, "scale_many = scale of each buffer, bit for bit, and nothing past them", differ);
+  // Clipping on the device: the norm and the scaling are the host's, bit for bit (the non-empty
+  // buffers; the sums above, added in order), under the limit and over it.
+  std::vector<float*> xc;
+  std::vector<std::int64_t> nc;
+  double total = 0.0;
+  for (int k = 0; k < kBuffers; ++k)
+    if (ns[static_cast<std::size_t>(k)] > 0) {
+      xc.push_back(xb[static_cast<std::size_t>(k)]);
+      nc.push_back(ns[static_cast<std::size_t>(k)]);
+    }
+  for (int k = 0; k < kBuffers; ++k) {
+    const double one = Cuda::sum_squares(xb[static_cast<std::size_t>(k)], ns[static_cast<std::size_t>(k)]);
+    total += one;
+  }
+  const float want = static_cast<float>(std::sqrt(total));
+  auto read = [](const float* x, std::int64_t n) {
+    std::vector<float> h(static_cast<std::size_t>(n));
+    Cuda::copy_to_host(h.data(), x, h.size() * 4);
+    return h;
+  };
+  for (const float limit : {want * 2.0f, want * 0.25f}) {
+    std::vector<std::vector<float>> before;
+    for (float* x : xc) before.push_back(read(x, nc[before.size()]));
+    DeviceBuf norm(std::vector<float>{-1.0f});
+    Cuda::clip_norm_many(norm.p, xc.data(), nc.data(), xc.size(), limit);
+    const float got = norm.host()[0], factor = limit / (want + 1e-6f);
+    check(std::memcmp(&got, &want, 4) == 0, "clip_norm_many's norm = the host's sum, bit for bit", got - want);
+    differ = 0;
+    for (std::size_t k = 0; k < xc.size(); ++k) {
+      const auto after = read(xc[k], nc[k]);
+      for (std::size_t i = 0; i < after.size(); ++i) {
+        const float w = factor < 1.0f ? before[k][i] * factor : before[k][i];
+        differ += std::memcmp(&after[i], &w, 4) != 0;
+      }
+    }
+    check(differ == 0, "clip_norm_many scales by the host's factor when < 1, else not at all", differ);
+  }
 }
 
 // NOTE [multi-tensor updates]: one launch per kListTensors tensors gives the bits of one launch
@@ -801,6 +838,7 @@ void test_schedule_seeds() {
 //   no broadcast rows (biases are in the GEMMs); 1 fill (the loss's seed: the cross-entropy
 //   and the embeddings write their fresh gradients); embeddings 2 + 2, loss 3
 //   AdamW, the clipping norm's partial sums and its scaling: ceil(P / 32) each, plus 1 sum
+//   and 1 factor (all on the device)
 void test_launches_per_step() {
   for (const int L : {1, 3}) {
     Tape<Cuda> tape(5);
@@ -838,7 +876,8 @@ void test_launches_per_step() {
         {"cross_entropy_forward_kernel", 1},      {"cross_entropy_backward_kernel", 1},
         {"mean_kernel", 1},
         {"adamw_list_kernel", lists},             {"sum_squares_list_kernel", lists},
-        {"sum_rows_kernel", 1},                   {"scale_list_kernel", lists}};
+        {"sum_rows_kernel", 1},                   {"clip_factor_kernel", 1},
+        {"clip_list_kernel", lists}};
     std::int64_t total = 0;
     for (const auto& [name, count] : want) total += count;
     check(n == want, "a GPT step launches, kernel by kernel, what its structure says", double(L));
@@ -848,11 +887,11 @@ void test_launches_per_step() {
 }
 
 // NOTE [host round trips] (cuda.hpp): a training step with clipping copies from the device to
-// the host twice, the gradient norm (every parameter's partial sums at once) and loss.item(),
-// however many parameters the model has; it waits on the device for those and for the batch's
-// three uploads (ids, targets, positions), nothing else. (Before: a copy of the ids and of the
-// targets for their range checks, of the rows' losses, of the loss's gradient in backward, and
-// one per parameter for the norm.) The emulation counts both.
+// the host once, loss.item() (the gradient norm and its factor stay on the device), however
+// many parameters the model has; it waits on the device for that and for the batch's three
+// uploads (ids, targets, positions), nothing else. (Before: a copy of the ids and of the
+// targets for their range checks, of the rows' losses, of the loss's gradient in backward, one
+// per parameter for the norm, later one for all of the norm's sums.) The emulation counts both.
 void test_host_round_trips() {
   for (const int layers : {1, 3}) {
     Tape<Cuda> tape(5);
@@ -872,8 +911,8 @@ void test_host_round_trips() {
     std::printf("  one training step (%d layers, %zu parameters, clipping, loss %.4f): %lld copies "
                 "to the host, %lld waits on the device\n", layers, model.parameters().size(), l,
                 static_cast<long long>(copies), static_cast<long long>(waits));
-    check(copies == 2, "a step copies to the host twice: the gradient norm and the loss", double(copies));
-    check(waits == 5, "a step waits on the device 5 times: 3 uploads, the norm, the loss", double(waits));
+    check(copies == 1, "a step copies to the host once: the loss", double(copies));
+    check(waits == 4, "a step waits on the device 4 times: 3 uploads, the loss", double(waits));
     // A tensor whose range is not known (not made by Tape::tokens) is still checked, by a read.
     auto ids = tape.tokens({2, 32}, x);
     auto bad = detail::alias(ids, Shape{64});

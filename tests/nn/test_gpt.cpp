@@ -132,4 +132,13 @@ TEST_CASE("clip_grad_norm scales the global norm down to the limit", "[optim]") 
   CHECK(before == Approx(5.0f));
   CHECK(optim::grad_norm<Cpu>({a, b}) == Approx(1.0f).epsilon(1e-5));
   CHECK(a.grad().to_vector()[0] == Approx(0.6f).epsilon(1e-5));
+  // clip_grad_norm_ leaves the norm in a tensor; under the limit nothing is scaled
+  const auto ga = a.grad().to_vector();
+  const Tensor<Cpu> norm = optim::clip_grad_norm_<Cpu>({a, b}, 2.0f);
+  CHECK(norm.shape() == Shape{});
+  CHECK(norm.item() == Approx(1.0f).epsilon(1e-5));
+  CHECK(a.grad().to_vector() == ga);
+  CHECK(optim::clip_grad_norm<Cpu>({}, 1.0f) == 0.0f);
+  REQUIRE_THROWS_WITH(optim::clip_grad_norm_<Cpu>({}, 1.0f), REMAT_CONTAINS("no parameters"));
+  REQUIRE_THROWS_WITH(optim::clip_grad_norm_<Cpu>({a}, 0.0f), REMAT_CONTAINS("expected > 0"));
 }

@@ -61,7 +61,10 @@ struct has_nn_kernels<
                    decltype(B::sum_squares_many(std::declval<double*>(),
                                                 std::declval<const float* const*>(),
                                                 std::declval<const std::int64_t*>(),
-                                                std::size_t{}))>>
+                                                std::size_t{})),
+                   decltype(B::clip_norm_many(std::declval<float*>(), std::declval<float* const*>(),
+                                              std::declval<const std::int64_t*>(), std::size_t{},
+                                              0.0f))>>
     : std::true_type {};
 
 }  // namespace detail
@@ -83,7 +86,8 @@ constexpr bool check_backend() {
                 "beta, C, ldc) or gemm_batched(...)");
   static_assert(detail::has_nn_kernels<B>::value,
                 "remat: backend B is missing a kernel (binary_forward, gelu_forward, "
-                "layer_norm_forward, attention_aux_numel, cross_entropy_forward, sum_squares_many)");
+                "layer_norm_forward, attention_aux_numel, cross_entropy_forward, sum_squares_many, "
+                "clip_norm_many)");
   return true;
 }
 

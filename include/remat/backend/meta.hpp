@@ -342,6 +342,17 @@ struct Meta {
   static void scale_many(float* const*, const std::int64_t* n, std::size_t count_, float) {
     for (std::size_t k = 0; k < count_; ++k) scale(nullptr, n[k], 0);
   }
+  // the sums of squares and the scaling, as if it clipped (the factor is not known here)
+  static void clip_norm_many(float*, float* const*, const std::int64_t* n, std::size_t count_,
+                             float) {
+    for (std::size_t k = 0; k < count_; ++k) {
+      count(WorkKind::optimizer, 2.0 * n[k], F * n[k]);
+      scale(nullptr, n[k], 0);
+    }
+    if constexpr (detail::has_sum_squares_scratch<Target>::value) {
+      const Scratch s(Target::clip_norm_many_scratch(count_));
+    }
+  }
 
  private:
   static constexpr double F = sizeof(float);

@@ -43,25 +43,39 @@ float grad_norm(const std::vector<Tensor<B>>& params) {
 }
 
 /// Scales all gradients so their global norm is at most max_norm (as
-/// torch.nn.utils.clip_grad_norm_: factor max_norm / (norm + 1e-6), applied when < 1).
-/// Returns the norm before clipping.
+/// torch.nn.utils.clip_grad_norm_: factor max_norm / (norm + 1e-6), applied when < 1), all in
+/// backend memory: the norm, the factor and the scaling (on a device: a few launches, no copy
+/// to the host, so a step with clipping waits for nothing but what it prints; NOTE [clipping
+/// on the device], backend/cuda/optim.cuh). Returns the norm before clipping as a scalar
+/// tensor on the parameters' tape (read it with item() when it is printed).
 template <class B>
-float clip_grad_norm(const std::vector<Tensor<B>>& params, float max_norm) {
+Tensor<B> clip_grad_norm_(const std::vector<Tensor<B>>& params, float max_norm) {
   REMAT_CHECK(max_norm > 0.0f, "remat::optim::clip_grad_norm: max_norm is ", max_norm,
               " (expected > 0)");
-  const float norm = grad_norm(params);
-  const float factor = max_norm / (norm + 1e-6f);
-  if (factor < 1.0f) {  // every gradient at once (on the GPU: 32 buffers per launch)
-    std::vector<float*> xs;
-    std::vector<std::int64_t> ns;
-    for (const auto& p : params)
-      if (auto g = p.grad(); g.defined()) {
-        xs.push_back(g.template data<float>());
-        ns.push_back(g.numel());
-      }
-    if (!xs.empty()) B::scale_many(xs.data(), ns.data(), xs.size(), factor);
-  }
+  REMAT_CHECK(!params.empty(), "remat::optim::clip_grad_norm_: no parameters (expected at least "
+              "one: the norm is made on their tape)");
+  std::vector<float*> xs;
+  std::vector<std::int64_t> ns;
+  for (const auto& p : params)  // without a gradient or empty: nothing to add or to scale
+    if (auto g = p.grad(); g.defined() && g.numel() > 0) {
+      xs.push_back(g.template data<float>());
+      ns.push_back(g.numel());
+    }
+  auto norm = detail::make_tensor<B>(&params.front().tape(), Shape{});
+  B::clip_norm_many(norm.template data<float>(), xs.data(), ns.data(), xs.size(), max_norm);
   return norm;
+}
+
+/// clip_grad_norm_, with the norm read back (on a device: one wait). Returns the norm before
+/// clipping (0 for no parameters).
+template <class B>
+float clip_grad_norm(const std::vector<Tensor<B>>& params, float max_norm) {
+  if (params.empty()) {
+    REMAT_CHECK(max_norm > 0.0f, "remat::optim::clip_grad_norm: max_norm is ", max_norm,
+                " (expected > 0)");
+    return 0.0f;
+  }
+  return clip_grad_norm_(params, max_norm).item();
 }
 
 }  // namespace optim

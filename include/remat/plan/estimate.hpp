@@ -50,6 +50,7 @@ MemoryStats estimate_memory(Program&& program) {
 struct StepOptions {
   std::string optimizer = "adamw";  // adamw or sgd
   float momentum = 0.0f;            // sgd: a momentum buffer per parameter when > 0
+  float grad_clip = 0.0f;           // > 0: the step clips the gradients' norm (its scratch)
 };
 
 /// A GPT step's memory, predicted: `first` covers building the model and its first step
@@ -82,7 +83,7 @@ Tensor<B> gpt_train_step(const nn::GPT<B>& model, Optimizer& opt, const Tensor<B
   StepScope<B> step;  // the CPU arena plans the step's buffers (NOTE [Planned step layout])
   Tensor<B> loss = model.loss(idx, targets);
   loss.tape().backward(loss);
-  if (grad_clip > 0.0f) optim::clip_grad_norm(opt.params(), grad_clip);
+  if (grad_clip > 0.0f) (void)optim::clip_grad_norm_(opt.params(), grad_clip);  // no read
   opt.step();
   opt.zero_grad();
   return loss;
@@ -110,9 +111,9 @@ StepEstimate estimate_gpt_step(const nn::GPTConfig& c, std::int64_t batch, std::
     auto one_step = [&] {
       const auto x = tape.tokens({batch, seq}, ids), y = tape.tokens({batch, seq}, ids);
       if (so.optimizer == "adamw")
-        gpt_train_step(model, adamw, x, y);
+        gpt_train_step(model, adamw, x, y, so.grad_clip);
       else
-        gpt_train_step(model, sgd, x, y);
+        gpt_train_step(model, sgd, x, y, so.grad_clip);
     };
     one_step();
     est.first = memory_stats<M>();

@@ -79,6 +79,16 @@ struct CpuOptim {
   static void scale_many(float* const* xs, const std::int64_t* ns, std::size_t count, float s) {
     for (std::size_t k = 0; k < count; ++k) scale(xs[k], ns[k], s);
   }
+  /// norm[0] = the global norm of the count buffers (their sums of squares added in order),
+  /// and each is scaled by max_norm / (norm + 1e-6) when that is < 1 (optim::clip_grad_norm_).
+  static void clip_norm_many(float* norm, float* const* xs, const std::int64_t* ns,
+                             std::size_t count, float max_norm) {
+    double total = 0.0;
+    for (std::size_t k = 0; k < count; ++k) total += sum_squares(xs[k], ns[k]);
+    norm[0] = static_cast<float>(std::sqrt(total));
+    const float factor = max_norm / (norm[0] + 1e-6f);
+    if (factor < 1.0f) scale_many(xs, ns, count, factor);
+  }
 };
 
 }  // namespace cpu

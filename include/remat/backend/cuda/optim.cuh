@@ -141,6 +141,29 @@ __global__ void sum_rows_kernel(double* out, const double* partial, std::int64_t
   for (int b = 0; b < kSumSquaresBlocks; ++b) s += partial[k * kSumSquaresBlocks + b];
   out[k] = s;
 }
+// NOTE [clipping on the device]: norm[0] = sqrt(sum of the buffers' totals, in their order),
+// factor[0] = max_norm / (norm + 1e-6): optim::clip_grad_norm's numbers, in its order (the same
+// bits as the host's), but nothing goes to the host; the scaling reads the factor there.
+template <int = 0>
+__global__ void clip_factor_kernel(float* norm, float* factor, const double* totals,
+                                   std::int64_t count, float max_norm) {
+  double t = 0.0;
+  for (std::int64_t k = 0; k < count; ++k) t += totals[k];
+  const float n = static_cast<float>(sqrt(t));
+  norm[0] = n;
+  factor[0] = max_norm / (n + 1e-6f);
+}
+// x *= factor[0] when factor[0] < 1 (torch.nn.utils.clip_grad_norm_'s rule)
+template <int = 0>
+__global__ void clip_list_kernel(UpdateList a, const float* factor) {
+  const float s = factor[0];
+  if (!(s < 1.0f)) return;
+  int k;
+  std::int64_t begin, end;
+  list_chunk(a, &k, &begin, &end);
+  float* x = a.t[k].p;
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] *= s;
+}
 template <int = 0>
 __global__ void scale_kernel(float* x, std::int64_t n, float s) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -258,6 +281,48 @@ struct CudaOptim {
       for (std::size_t k = 0; k < n; ++k)  // an empty buffer's row was never written
         if (!any || ns[at + k] == 0) out[at + k] = 0.0;
     }
+  }
+  /// Clips on the device (NOTE [clipping on the device]): norm[0] = the global norm of the
+  /// count buffers (none empty), and each is scaled by max_norm / (norm + 1e-6) when that is
+  /// < 1. Launches: ceil(count / 32) partial sums, 1 total per round, 1 factor, ceil(count /
+  /// 32) scalings; no copy to the host.
+  static void clip_norm_many(float* norm, float* const* xs, const std::int64_t* ns,
+                             std::size_t count, float max_norm) {
+    constexpr unsigned kBlocks = kSumSquaresBlocks;
+    const Scratch scratch(CudaSizes::clip_norm_many_scratch(count));
+    double* totals = scratch.as<double>();
+    double* partial = totals + count;
+    float* factor = reinterpret_cast<float*>(partial + std::min(count, kSumSquaresChunk) * kBlocks);
+    for (std::size_t at = 0; at < count; at += kSumSquaresChunk) {
+      const std::size_t n = std::min(count - at, kSumSquaresChunk);
+      SquaresList l{};
+      auto flush = [&] {
+        if (l.count == 0) return;
+        REMAT_CUDA_LAUNCH(sum_squares_list_kernel<>, static_cast<unsigned>(l.count) * kBlocks, 256,
+                          0, Context::get().stream(), partial, l);
+        l = SquaresList{};
+      };
+      for (std::size_t k = 0; k < n; ++k) {
+        REMAT_ASSERT(ns[at + k] > 0);
+        l.x[l.count] = xs[at + k];
+        l.n[l.count] = ns[at + k];
+        l.row[l.count] = static_cast<std::int64_t>(k);
+        if (++l.count == kListTensors) flush();
+      }
+      flush();
+      REMAT_CUDA_LAUNCH(sum_rows_kernel<>, static_cast<unsigned>((n + 255) / 256), 256, 0,
+                        Context::get().stream(), totals + at, partial, static_cast<std::int64_t>(n));
+    }
+    REMAT_CUDA_LAUNCH(clip_factor_kernel<>, 1, 1, 0, Context::get().stream(), norm, factor, totals,
+                      static_cast<std::int64_t>(count), max_norm);
+    std::vector<UpdateSlice> slices(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      slices[k].p = xs[k];
+      slices[k].n = ns[k];
+    }
+    for_lists(slices.data(), count, [&](const UpdateList& a, unsigned blocks) {
+      REMAT_CUDA_LAUNCH(clip_list_kernel<>, blocks, 256, 0, Context::get().stream(), a, factor);
+    });
   }
   static void scale(float* x, std::int64_t n, float s) {
     if (n == 0) return;

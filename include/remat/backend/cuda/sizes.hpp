@@ -123,6 +123,11 @@ struct CudaSizes {
     return (count < kSumSquaresChunk ? count : kSumSquaresChunk) * (kSumSquaresBlocks + 1) *
            sizeof(double);
   }
+  /// clip_norm_many: every buffer's total, the partial sums of a round, and the factor.
+  static std::size_t clip_norm_many_scratch(std::size_t count) {
+    return (count + (count < kSumSquaresChunk ? count : kSumSquaresChunk) * kSumSquaresBlocks + 1) *
+           sizeof(double);
+  }
 
  private:
   static std::atomic<AttentionPath>& attention_path_slot() {
