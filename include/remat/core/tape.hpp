@@ -579,7 +579,8 @@ class Tape {
         if (static_cast<int>(i) == overwritten)
           grads_[static_cast<std::size_t>(node.inputs[i].id)] = detail::alias(*over, over->shape());
         dinp.push_back(grad_buffer(node.inputs[i], fresh));
-        fresh_.push_back(static_cast<int>(i) == passed ? 2 : fresh || static_cast<int>(i) == overwritten ? 1 : 0);
+        const bool made = fresh || static_cast<int>(i) == overwritten;
+        fresh_.push_back(static_cast<int>(i) == passed ? 2 : made ? 1 : 0);
       }
       for (std::size_t i = 0; i < dinp.size(); ++i) {
         if (fresh_[i] != 1) continue;
