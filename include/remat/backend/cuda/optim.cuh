@@ -250,34 +250,13 @@ struct CudaOptim {
   static void sum_squares_many(double* out, const float* const* xs, const std::int64_t* ns,
                                std::size_t count) {
     if (count == 0) return;
-    constexpr unsigned kBlocks = kSumSquaresBlocks;
     const Scratch scratch(CudaSizes::sum_squares_many_scratch(count));
     double* partial = scratch.as<double>();
-    double* totals = partial + std::min(count, kSumSquaresChunk) * kBlocks;
+    double* totals = partial + std::min(count, kSumSquaresChunk) * kSumSquaresBlocks;
     for (std::size_t at = 0; at < count; at += kSumSquaresChunk) {
       const std::size_t n = std::min(count - at, kSumSquaresChunk);
-      bool any = false;
-      SquaresList l{};
-      auto flush = [&] {
-        if (l.count == 0) return;
-        REMAT_CUDA_LAUNCH(sum_squares_list_kernel<>, static_cast<unsigned>(l.count) * kBlocks, 256,
-                          0, Context::get().stream(), partial, l);
-        l = SquaresList{};
-      };
-      for (std::size_t k = 0; k < n; ++k) {  // kListTensors buffers per launch
-        if (ns[at + k] == 0) continue;
-        l.x[l.count] = xs[at + k];
-        l.n[l.count] = ns[at + k];
-        l.row[l.count] = static_cast<std::int64_t>(k);
-        if (++l.count == kListTensors) flush();
-        any = true;
-      }
-      flush();
-      if (any) {
-        REMAT_CUDA_LAUNCH(sum_rows_kernel<>, static_cast<unsigned>((n + 255) / 256), 256, 0,
-                          Context::get().stream(), totals, partial, static_cast<std::int64_t>(n));
-        CudaMemory::copy_to_host(out + at, totals, n * sizeof(double));
-      }
+      const bool any = squares_round(totals, partial, xs + at, ns + at, n);
+      if (any) CudaMemory::copy_to_host(out + at, totals, n * sizeof(double));
       for (std::size_t k = 0; k < n; ++k)  // an empty buffer's row was never written
         if (!any || ns[at + k] == 0) out[at + k] = 0.0;
     }
@@ -288,38 +267,19 @@ struct CudaOptim {
   /// 32) scalings; no copy to the host.
   static void clip_norm_many(float* norm, float* const* xs, const std::int64_t* ns,
                              std::size_t count, float max_norm) {
-    constexpr unsigned kBlocks = kSumSquaresBlocks;
     const Scratch scratch(CudaSizes::clip_norm_many_scratch(count));
     double* totals = scratch.as<double>();
     double* partial = totals + count;
-    float* factor = reinterpret_cast<float*>(partial + std::min(count, kSumSquaresChunk) * kBlocks);
+    float* factor =
+        reinterpret_cast<float*>(partial + std::min(count, kSumSquaresChunk) * kSumSquaresBlocks);
     for (std::size_t at = 0; at < count; at += kSumSquaresChunk) {
       const std::size_t n = std::min(count - at, kSumSquaresChunk);
-      SquaresList l{};
-      auto flush = [&] {
-        if (l.count == 0) return;
-        REMAT_CUDA_LAUNCH(sum_squares_list_kernel<>, static_cast<unsigned>(l.count) * kBlocks, 256,
-                          0, Context::get().stream(), partial, l);
-        l = SquaresList{};
-      };
-      for (std::size_t k = 0; k < n; ++k) {
-        REMAT_ASSERT(ns[at + k] > 0);
-        l.x[l.count] = xs[at + k];
-        l.n[l.count] = ns[at + k];
-        l.row[l.count] = static_cast<std::int64_t>(k);
-        if (++l.count == kListTensors) flush();
-      }
-      flush();
-      REMAT_CUDA_LAUNCH(sum_rows_kernel<>, static_cast<unsigned>((n + 255) / 256), 256, 0,
-                        Context::get().stream(), totals + at, partial, static_cast<std::int64_t>(n));
+      for (std::size_t k = 0; k < n; ++k) REMAT_ASSERT(ns[at + k] > 0);
+      squares_round(totals + at, partial, xs + at, ns + at, n);
     }
     REMAT_CUDA_LAUNCH(clip_factor_kernel<>, 1, 1, 0, Context::get().stream(), norm, factor, totals,
                       static_cast<std::int64_t>(count), max_norm);
-    std::vector<UpdateSlice> slices(count);
-    for (std::size_t k = 0; k < count; ++k) {
-      slices[k].p = xs[k];
-      slices[k].n = ns[k];
-    }
+    const std::vector<UpdateSlice> slices = slices_of(xs, ns, count);
     for_lists(slices.data(), count, [&](const UpdateList& a, unsigned blocks) {
       REMAT_CUDA_LAUNCH(clip_list_kernel<>, blocks, 256, 0, Context::get().stream(), a, factor);
     });
@@ -330,14 +290,49 @@ struct CudaOptim {
   }
   /// scale() of every buffer xs[k] (ns[k] floats), kListTensors per launch
   static void scale_many(float* const* xs, const std::int64_t* ns, std::size_t count, float s) {
+    const std::vector<UpdateSlice> slices = slices_of(xs, ns, count);
+    for_lists(slices.data(), count, [&](const UpdateList& a, unsigned blocks) {
+      REMAT_CUDA_LAUNCH(scale_list_kernel<>, blocks, 256, 0, Context::get().stream(), a, s);
+    });
+  }
+
+ private:
+  /// One round of at most kSumSquaresChunk buffers: their sums of squares into totals[0, n)
+  /// (kListTensors buffers per launch into partial's rows, then one launch of row totals).
+  /// Empty buffers are skipped and their rows left unwritten; false when all were empty.
+  static bool squares_round(double* totals, double* partial, const float* const* xs,
+                            const std::int64_t* ns, std::size_t n) {
+    bool any = false;
+    SquaresList l{};
+    auto flush = [&] {
+      if (l.count == 0) return;
+      REMAT_CUDA_LAUNCH(sum_squares_list_kernel<>, static_cast<unsigned>(l.count) * kSumSquaresBlocks,
+                        256, 0, Context::get().stream(), partial, l);
+      l = SquaresList{};
+    };
+    for (std::size_t k = 0; k < n; ++k) {
+      if (ns[k] == 0) continue;
+      l.x[l.count] = xs[k];
+      l.n[l.count] = ns[k];
+      l.row[l.count] = static_cast<std::int64_t>(k);
+      if (++l.count == kListTensors) flush();
+      any = true;
+    }
+    flush();
+    if (any)
+      REMAT_CUDA_LAUNCH(sum_rows_kernel<>, static_cast<unsigned>((n + 255) / 256), 256, 0,
+                        Context::get().stream(), totals, partial, static_cast<std::int64_t>(n));
+    return any;
+  }
+  /// Buffers as update slices (pointer and length) for for_lists.
+  static std::vector<UpdateSlice> slices_of(float* const* xs, const std::int64_t* ns,
+                                            std::size_t count) {
     std::vector<UpdateSlice> slices(count);
     for (std::size_t k = 0; k < count; ++k) {
       slices[k].p = xs[k];
       slices[k].n = ns[k];
     }
-    for_lists(slices.data(), count, [&](const UpdateList& a, unsigned blocks) {
-      REMAT_CUDA_LAUNCH(scale_list_kernel<>, blocks, 256, 0, Context::get().stream(), a, s);
-    });
+    return slices;
   }
 };
 
