@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 bash .ci/deps.sh build torch text cli mpi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON
 cmake --build build -j "$(nproc)"
-ctest --test-dir build --output-on-failure
+ctest --test-dir build --output-on-failure -j "$(nproc)"

