@@ -57,7 +57,7 @@ template <class B>
 int gpt_step_main(int argc, char** argv) {
   CLI::App app{"Time GPT training steps and report the exact memory ledger"};
   int layers = 8, d = 256, heads = 4, seq = 256, batch = 4, vocab = 256, steps = 10, warmup = 3;
-  int threads = 1;
+  int threads = 1, vocab_multiple = 1;
   float lr = 1e-3f;
   std::string optimizer = "adamw", checkpoint = "none";
   bool print_segments = false, no_profile = false, plan_only = false, launch_table = false;
@@ -68,6 +68,10 @@ int gpt_step_main(int argc, char** argv) {
   app.add_option("--seq", seq, "sequence length")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "sequences per step")->check(CLI::PositiveNumber);
   app.add_option("--vocab", vocab, "vocabulary size")->check(CLI::PositiveNumber);
+  app.add_option("--vocab-multiple", vocab_multiple,
+                 "pad the token embedding's rows to a multiple of this (128: GPT-2's 50257 -> "
+                 "50304, llm.c's choice for aligned head GEMMs); the loss covers --vocab classes")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--steps", steps, "measured steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "unmeasured steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "CPU threads (ours, Eigen, OpenBLAS)")->check(CLI::PositiveNumber);
@@ -99,6 +103,7 @@ int gpt_step_main(int argc, char** argv) {
     Tape<B> tape;
     nn::GPTConfig c;
     c.vocab_size = vocab;
+    c.vocab_multiple = vocab_multiple;
     c.block_size = seq;
     c.n_layer = layers;
     c.n_embd = d;
@@ -372,7 +377,8 @@ int gpt_step_main(int argc, char** argv) {
       const auto t = remat_bench::summarize(r.times);
       std::printf(
           "{\"impl\":\"remat\",\"backend\":\"%s\",\"threads\":%d,\"layers\":%d,\"d\":%d,"
-          "\"heads\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"checkpoint\":\"%s\","
+          "\"heads\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"vocab_padded\":%lld,"
+          "\"checkpoint\":\"%s\","
           "\"optimizer\":\"%s\",\"steps\":%d,\"params\":%lld,\"step_s\":%.6f,\"step_s_min\":%.6f,"
           "\"step_s_max\":%.6f,\"tokens_per_s\":%.1f,\"loss_first\":%.6f,\"loss_last\":%.6f,"
           "\"peak_bytes\":%lld,\"predicted_peak_bytes\":%lld,\"predicted_reserved_bytes\":%lld,"
@@ -381,7 +387,8 @@ int gpt_step_main(int argc, char** argv) {
           "%s,\"rss_before_bytes\":%lld,\"rss_peak_bytes\":%lld,"
           "\"measured_from_s\":%.6f,\"measured_until_s\":%.6f,\"libs\":%s,\"memory\":%s,"
           "\"segments\":%s%s%s%s}\n",
-          B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab, r.name.c_str(),
+          B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab,
+          static_cast<long long>(c.padded_vocab()), r.name.c_str(),
           optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
           static_cast<long long>(r.peak), static_cast<long long>(r.predicted_peak),

@@ -89,16 +89,17 @@ log "GPU tests exit code $rc"
 # initial weights, hashed; a second process repeats none and block: determinism on the device
 # (two runs, and checkpointed = plain, bit for bit).
 gpt2=(--layers 12 --d 768 --heads 12 --seq 1024 --batch 8 --vocab 50257)
-step remat_gpt2 150 remat_gpt2_124m.jsonl "$STEP_BIN" "${gpt2[@]}" \
+pad=(--vocab-multiple 128)  # remat's wte padded to 50304 (internal; PyTorch's runs keep 50257)
+step remat_gpt2 150 remat_gpt2_124m.jsonl "$STEP_BIN" "${gpt2[@]}" "${pad[@]}" \
   --steps 10 --warmup 2 --checkpoint none,block,selective --grad-hash
 # block alone: its own reserved bytes (in the run above it shares none's allocator)
-step remat_gpt2_block 60 remat_gpt2_124m_block.jsonl "$STEP_BIN" "${gpt2[@]}" \
+step remat_gpt2_block 60 remat_gpt2_124m_block.jsonl "$STEP_BIN" "${gpt2[@]}" "${pad[@]}" \
   --steps 5 --warmup 2 --checkpoint block
-step remat_gpt2_repeat 60 remat_gpt2_124m_repeat.jsonl "$STEP_BIN" "${gpt2[@]}" \
+step remat_gpt2_repeat 60 remat_gpt2_124m_repeat.jsonl "$STEP_BIN" "${gpt2[@]}" "${pad[@]}" \
   --steps 1 --warmup 0 --checkpoint none,block --grad-hash
 # where the step's time goes: CUDA events around every kernel and cuBLAS call (slower steps,
 # so timed apart from the runs above); the table by kernel and by kind is in the step's log
-step remat_profile 90 remat_profile.jsonl "$STEP_BIN" "${gpt2[@]}" \
+step remat_profile 90 remat_profile.jsonl "$STEP_BIN" "${gpt2[@]}" "${pad[@]}" \
   --steps 3 --warmup 1 --checkpoint none,block --profile
 # PyTorch as a user would run it (sdpa + fused AdamW: torch_gpt_step.py's default on CUDA) and
 # with eager attention (the (B, H, T, T) matrix; the 2026-11-30 baseline)
@@ -117,7 +118,8 @@ step torch_attention 90 torch_attention.jsonl python3 benchmarks/torch_attention
 # checkpointing)
 for seq in 1024 4096; do
   step "remat_seq$seq" 60 "remat_seq$seq.jsonl" "$STEP_BIN" --layers 12 --d 768 \
-    --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none,block,selective
+    --heads 12 --seq $seq --batch 1 --vocab 50257 "${pad[@]}" --steps 3 --warmup 1 \
+    --checkpoint none,block,selective
   step "torch_seq$seq" 60 "torch_seq$seq.json" python3 benchmarks/torch_gpt_step.py --device cuda \
     --layers 12 --d 768 --heads 12 --seq $seq --batch 1 --vocab 50257 --steps 3 --warmup 1 --checkpoint none
 done

@@ -70,6 +70,11 @@ int main(int argc, char** argv) {
   app.add_option("--heads", f.heads, "attention heads (default: as the --init-from file records, else d/64)")->check(CLI::NonNegativeNumber);
   app.add_option("--seq", f.seq, "sequence length")->check(CLI::PositiveNumber);
   app.add_option("--vocab", f.vocab, "vocabulary size (256 for raw text)")->check(CLI::PositiveNumber);
+  app.add_option("--vocab-multiple", f.vocab_multiple,
+                 "pad the token embedding to a multiple of this many rows (128: GPT-2's 50257 -> "
+                 "50304, for aligned GEMMs on a GPU); internal: the padding is never predicted or "
+                 "sampled, and saved files and snapshots hold --vocab rows")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--batch", f.batch, "sequences per micro-step of one rank (a step takes ranks x "
                  "micro-steps of them)")->check(CLI::PositiveNumber);
   app.add_option("--grad-accum", f.grad_accum, "micro-steps per step, their gradients summed "

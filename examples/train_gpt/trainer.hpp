@@ -54,7 +54,7 @@ struct Flags {
   std::uint64_t seed = 1337;
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
               resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
-  int snapshot_every = 0, sample = 0, grad_accum = 1, global_batch = 0;
+  int snapshot_every = 0, sample = 0, grad_accum = 1, global_batch = 0, vocab_multiple = 1;
   bool json = false, estimate = false, profile = true, zero = false, batch_invariant = false;
 };
 
@@ -514,6 +514,7 @@ int train(Flags f, const CLI::App& app, dist::Comm& comm) {
     c.n_embd = f.d;
     c.n_head = f.heads > 0 ? f.heads : std::max(1, f.d / 64);
   }
+  c.vocab_multiple = f.vocab_multiple;  // internal: files keep c.vocab_size rows
   c.dropout = f.dropout;
   c.seed = f.seed;
   c.checkpoint = nn::CheckpointStrategy::parse(f.checkpoint);

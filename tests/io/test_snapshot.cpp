@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include <remat/data/tokens.hpp>
+#include <remat/io/gpt2.hpp>
 #include <remat/io/snapshot.hpp>
 #include <remat/remat.hpp>
 
@@ -87,6 +88,81 @@ TEST_CASE("a resumed run reproduces the uninterrupted one bit for bit", "[io][sn
     INFO("step " << i + 5);
     CHECK(std::memcmp(&full[4 + i], &resumed[i], sizeof(float)) == 0);
   }
+  std::remove(snap.c_str());
+}
+
+TEST_CASE("a padded vocabulary is stripped on save and zero-padded on load", "[io][snapshot]") {
+  // NOTE [padded parameters]: weights and snapshots hold the vocabulary's 32 rows, whatever the
+  // padding of the model that wrote them or reads them
+  auto pc = config();
+  pc.vocab_multiple = 24;  // 48 rows
+  Tape<Cpu> tape(77);
+  nn::GPT<Cpu> padded(tape, pc), plain(tape, config());
+  optim::AdamW<Cpu> opt(padded.parameters(), {1e-2f});
+  data::Batcher batches(corpus(), 4, 8);
+  std::vector<std::int32_t> x, y;
+  for (int step = 0; step < 2; ++step) {
+    batches.next(x, y);
+    tape.backward(padded.loss(tape.tokens({4, 8}, x), tape.tokens({4, 8}, y)));
+    opt.step();
+    opt.zero_grad();
+  }
+  const std::string weights = "remat_test_padded.safetensors";
+  const std::string snap = "remat_test_padded_state.safetensors";
+  io::save_gpt2(weights, padded);
+  const io::Gpt2Weights w = io::read_gpt2(weights);
+  CHECK(w.tensors.at("wte.weight").shape == Shape{32, 16});
+  CHECK(io::gpt2_config(w.tensors, weights).vocab_size == 32);
+  // b's first rows are a's, bit for bit, and the rest of b is 0
+  const auto same_rows = [](const Tensor<Cpu>& a, const Tensor<Cpu>& b) {
+    const auto av = a.to_vector(), bv = b.to_vector();
+    REQUIRE(bv.size() >= av.size());
+    for (std::size_t i = 0; i < bv.size(); ++i) {
+      INFO(i);
+      if (i < av.size()) CHECK(std::memcmp(&av[i], &bv[i], 4) == 0);
+      else CHECK(bv[i] == 0.0f);
+    }
+  };
+  io::load_gpt2(w.tensors, plain, weights);
+  same_rows(plain.wte.weight, padded.wte.weight);
+  nn::GPT<Cpu> again(tape, pc);
+  Cpu::fill(again.wte.weight.mutable_data<float>(), again.wte.weight.numel(), 1.0f);
+  io::load_gpt2(w.tensors, again, weights);  // the padding's 1s become 0s
+  same_rows(plain.wte.weight, again.wte.weight);
+
+  io::TrainState st;
+  st.step = 2;
+  io::save_state(snap, padded, &opt, static_cast<optim::SGD<Cpu>*>(nullptr), st);
+  CHECK(io::read_safetensors(snap).tensors.at("adamw.v.wte.weight").shape == Shape{32, 16});
+  // into an unpadded model: the same state; into a padded one with 1s in the padding: zeros
+  nn::GPT<Cpu> u(tape, config()), q(tape, pc);
+  optim::AdamW<Cpu> uo(u.parameters(), {1e-2f}), qo(q.parameters(), {1e-2f});
+  io::load_state(snap, u, &uo, static_cast<optim::SGD<Cpu>*>(nullptr));
+  Cpu::fill(q.wte.weight.mutable_data<float>(), q.wte.weight.numel(), 1.0f);
+  io::load_state(snap, q, &qo, static_cast<optim::SGD<Cpu>*>(nullptr));
+  same_rows(u.wte.weight, padded.wte.weight);
+  same_rows(u.wte.weight, q.wte.weight);
+  const std::int64_t n32 = 32 * 16, n48 = 48 * 16;
+  const auto [um, uv] = uo.moments(0);
+  const auto [pm, pv] = opt.moments(0);
+  const auto [qm, qv] = qo.moments(0);
+  CHECK(std::memcmp(um, pm, n32 * 4) == 0);
+  CHECK(std::memcmp(uv, pv, n32 * 4) == 0);
+  CHECK(std::memcmp(qm, pm, n48 * 4) == 0);
+  CHECK(std::memcmp(qv, pv, n48 * 4) == 0);
+  // the next step of each: the padded resume is the padded run bit for bit
+  batches.next(x, y);
+  float losses[3];
+  int k = 0;
+  const std::uint64_t offset = tape.rng_offset();  // the same dropout masks for each
+  for (auto* m : {&padded, &q, &u}) {
+    tape.set_rng_offset(offset);
+    const auto loss = m->loss(tape.tokens({4, 8}, x), tape.tokens({4, 8}, y));
+    losses[k++] = loss.item();
+  }
+  CHECK(std::memcmp(&losses[0], &losses[1], 4) == 0);
+  CHECK(losses[2] == Approx(losses[0]).epsilon(1e-5));
+  std::remove(weights.c_str());
   std::remove(snap.c_str());
 }
 

@@ -60,6 +60,79 @@ TEST_CASE("the GPT's full backward matches finite differences", "[nn][grad]") {
   remat_test::gradcheck(tape, [&](const std::vector<T>&) { return model.loss(idx, tgt); }, ps, o);
 }
 
+TEST_CASE("a padded vocabulary is internal: zero rows, the same logits, loss and training",
+          "[nn][grad]") {
+  auto c = tiny();  // 11 tokens
+  c.init_std = 0.3f;
+  auto p = c;
+  p.vocab_multiple = 8;  // 16 rows of wte
+  REQUIRE(p.padded_vocab() == 16);
+  Tape<Cpu> tape;
+  nn::GPT<Cpu> plain(tape, c), padded(tape, p);
+  const std::int64_t C = 8;
+  CHECK(padded.wte.weight.shape() == Shape{16, C});
+  CHECK(padded.saved_shape(0) == Shape{11, C});  // NOTE [padded parameters]
+  CHECK(plain.saved_shape(0) == Shape{11, C});
+  CHECK(padded.saved_shape(1) == padded.wpe.weight.shape());
+  {
+    const auto wp = padded.wte.weight.to_vector(), w = plain.wte.weight.to_vector();
+    for (std::size_t i = 0; i < wp.size(); ++i) CHECK(wp[i] == (i < w.size() ? w[i] : 0.0f));
+  }
+  auto idx = tape.tokens({2, 5}, {1, 4, 2, 9, 0, 3, 3, 10, 7, 5});
+  auto tgt = tape.tokens({2, 5}, {4, 2, 9, 0, 6, 3, 10, 7, 5, 1});
+  {
+    NoGrad ng;
+    const T a = plain(idx, false), b = padded(idx, false);
+    CHECK(b.shape() == Shape{2, 5, 11});  // the padding's columns cut off
+    const auto av = a.to_vector(), bv = b.to_vector();
+    for (std::size_t i = 0; i < av.size(); ++i) CHECK(bv[i] == Approx(av[i]).margin(1e-6));
+  }
+  // SGD with momentum and weight decay (AdamW would turn the attention's near-zero key-bias
+  // gradients, rounding noise, into full steps): the same training; the padding's gradient is
+  // zero and the padding stays exactly zero
+  optim::SGD<Cpu> oa(plain.parameters(), {0.1f, 0.9f, 0.1f, false});
+  optim::SGD<Cpu> ob(padded.parameters(), {0.1f, 0.9f, 0.1f, false});
+  const auto padding_is_zero = [&](const T& t) {
+    const auto v = t.to_vector();
+    for (std::size_t i = 11 * C; i < v.size(); ++i) CHECK(v[i] == 0.0f);
+  };
+  for (int step = 0; step < 3; ++step) {
+    auto la = plain.loss(idx, tgt), lb = padded.loss(idx, tgt);
+    tape.backward(la);
+    tape.backward(lb);
+    padding_is_zero(padded.wte.weight.grad());
+    oa.step();
+    ob.step();
+    oa.zero_grad();
+    ob.zero_grad();
+    CHECK(lb.item() == Approx(la.item()).epsilon(1e-5));
+  }
+  const auto np = padded.named_parameters(), na = plain.named_parameters();
+  for (std::size_t i = 0; i < np.size(); ++i) {
+    const auto vp = np[i].second.to_vector(), va = na[i].second.to_vector();
+    INFO(np[i].first);
+    for (std::size_t j = 0; j < vp.size(); ++j)
+      CHECK(vp[j] == (j < va.size() ? Approx(va[j]).margin(1e-5) : Approx(0.0f).margin(0.0)));
+  }
+  // AdamW with weight decay leaves the padding at zero too (zero moments, zero update)
+  optim::AdamW<Cpu> adamw(padded.parameters(), {1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f});
+  for (int step = 0; step < 2; ++step) {
+    tape.backward(padded.loss(idx, tgt));
+    adamw.step();
+    adamw.zero_grad();
+  }
+  padding_is_zero(padded.wte.weight);
+  // the padded model's backward against finite differences
+  remat_test::GradcheckOptions o;
+  o.max_elems = 12;
+  remat_test::gradcheck(tape, [&](const std::vector<T>&) { return padded.loss(idx, tgt); },
+                        {padded.parameter("wte.weight"), padded.parameter("ln_f.bias")}, o);
+  // a bad multiple is an error before any parameter is made
+  auto bad = c;
+  bad.vocab_multiple = 0;
+  REQUIRE_THROWS_WITH(nn::GPT<Cpu>(tape, bad), REMAT_CONTAINS("vocab_multiple 0"));
+}
+
 TEST_CASE("a tiny GPT learns a synthetic sequence task", "[nn][train]") {
   Tape<Cpu> tape;
   nn::GPTConfig c;

@@ -57,6 +57,13 @@ TEST_CASE("out-of-range token ids and class targets are reported with the valid 
   REQUIRE_THROWS_WITH(cross_entropy(logits, t.tokens({2}, {0, 1})),
                       REMAT_CONTAINS("logits are [3, 4], targets are [2] (expected targets [3]"));
   REQUIRE_THROWS_WITH(cross_entropy(logits, ones(t, {3}, false)), REMAT_CONTAINS("targets must be i32"));
+  // padded rows: a target in the padding is out of range, and classes fit the row
+  REQUIRE_THROWS_WITH(cross_entropy(logits, t.tokens({3}, {0, 3, 1}), 3),
+                      REMAT_CONTAINS("remat::cross_entropy: target 3 is out of range for 3 classes"));
+  REQUIRE_THROWS_WITH(cross_entropy(logits, t.tokens({3}, {0, 1, 1}), 5),
+                      REMAT_CONTAINS("remat::cross_entropy: classes is 5 for logits [3, 4] (expected 1..4"));
+  REQUIRE_THROWS_WITH(cross_entropy(logits, t.tokens({3}, {0, 1, 1}), -1),
+                      REMAT_CONTAINS("classes is -1"));
 }
 
 TEST_CASE("empty tensors where they make no sense are rejected", "[errors]") {

@@ -243,6 +243,34 @@ TEST_CASE("cross-entropy matches finite differences", "[ops][grad]") {
   gradcheck(tape, [&](const V& v) { return cross_entropy(v[0], t2) * 3.0f; }, {l2});
 }
 
+TEST_CASE("cross-entropy over the first classes of padded rows", "[ops][grad]") {
+  // rows of 9 logits, the first 7 classes: finite differences see no effect of the last two
+  // columns, so their gradient must be 0; both through a leaf (its buffer fresh) and written
+  // over an intermediate's logits (lg * 2, the tape's grad_over_saved), and accumulated
+  Tape<Cpu> tape;
+  auto logits = param(tape, {2, 3, 9}, 3, 2.0f);
+  auto targets = tape.tokens({2, 3}, {0, 6, 3, 3, 1, 2});
+  gradcheck(tape, [&](const V& v) { return cross_entropy(v[0], targets, 7); }, {logits});
+  gradcheck(tape, [&](const V& v) { return cross_entropy(v[0] * 2.0f, targets, 7); }, {logits});
+  gradcheck(tape, [&](const V& v) { return cross_entropy(v[0], targets, 7) + sum(v[0] * v[0]); },
+            {logits});
+  // the same bits as the unpadded loss on the first 7 columns, the padding's gradient exactly 0
+  auto pad = param(tape, {6, 9}, 4, 2.0f);
+  auto t6 = tape.tokens({6}, {0, 6, 3, 3, 1, 2});
+  auto loss = cross_entropy(pad, t6, 7);
+  tape.backward(loss);
+  const auto g = pad.grad().to_vector();
+  auto cut = detach(slice(pad, 1, 0, 7));
+  cut.set_requires_grad(true);
+  auto ref = cross_entropy(cut, t6);
+  tape.backward(ref);
+  CHECK(loss.item() == ref.item());
+  const auto gr = cut.grad().to_vector();
+  for (std::size_t r = 0; r < 6; ++r)
+    for (std::size_t j = 0; j < 9; ++j)
+      CHECK(g[r * 9 + j] == (j < 7 ? gr[r * 7 + j] : 0.0f));
+}
+
 TEST_CASE("dropout matches finite differences with its regenerated mask", "[ops][grad]") {
   Tape<Cpu> tape;
   auto x = param(tape, {4, 8}, 1);

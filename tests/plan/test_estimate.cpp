@@ -70,6 +70,10 @@ TEST_CASE("the estimate equals the CPU ledger to the byte for every strategy", "
       for (float dropout : {0.0f, 0.1f}) {
         nn::GPTConfig c;
         c.vocab_size = 64;
+        if (configs % 4 == 3) {  // a padded vocabulary (NOTE [padded parameters])
+          c.vocab_size = 61;
+          c.vocab_multiple = 16;
+        }
         c.block_size = 16;
         c.n_layer = L;
         c.n_embd = 32;

@@ -312,15 +312,19 @@ inline nn::GPTConfig gpt2_config(const std::map<std::string, HostTensor>& w, con
 /// Copies the weights into the model; every parameter must be present with its shape, and
 /// every tensor must be one of the model's (a file with more layers than the model is an error,
 /// not a model that silently drops them).
+/// A padded parameter (NOTE [padded parameters]) takes the file's rows and zero padding.
 template <class B>
 void load_gpt2(const std::map<std::string, HostTensor>& w, nn::GPT<B>& model, const std::string& path) {
+  const auto& named = model.named_parameters();
   std::size_t used = 0;
-  for (const auto& [name, t] : model.named_parameters()) {
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    const std::string& name = named[i].first;
+    const Shape want = model.saved_shape(i);
     auto it = w.find(name);
     REMAT_CHECK(it != w.end(), "remat::io::load_gpt2: '", path, "' has no tensor '", name, "'");
-    REMAT_CHECK(it->second.shape == t.shape(), "remat::io::load_gpt2: '", name, "' in '", path,
+    REMAT_CHECK(it->second.shape == want, "remat::io::load_gpt2: '", name, "' in '", path,
                 "' has shape ", it->second.shape.str(), " but the model (from the flags) needs ",
-                t.shape().str(), " (do --layers/--d/--heads/--seq/--vocab fit the file?)");
+                want.str(), " (do --layers/--d/--heads/--seq/--vocab fit the file?)");
     ++used;
   }
   if (used != w.size()) {
@@ -331,17 +335,29 @@ void load_gpt2(const std::map<std::string, HostTensor>& w, nn::GPT<B>& model, co
                   detail::shown(kv.first), "', which the model (", model.config.n_layer, " layers, "
                   "from the flags) does not have (do --layers/--d/--heads/--seq/--vocab fit the file?)");
   }
-  for (const auto& [name, t] : model.named_parameters())
-    if (t.numel()) B::copy_from_host(t.template mutable_data<float>(), w.at(name).data.data(), t.bytes());
+  for (const auto& [name, t] : named) {
+    const std::vector<float>& v = w.at(name).data;  // the saved rows: a prefix of t
+    float* dst = t.template mutable_data<float>();
+    if (!v.empty()) B::copy_from_host(dst, v.data(), v.size() * sizeof(float));
+    const std::int64_t tail = t.numel() - static_cast<std::int64_t>(v.size());
+    if (tail > 0) B::fill(dst + v.size(), tail, 0.0f);
+  }
 }
 
 /// Saves the model's weights under the Hugging Face GPT-2 names (F32), with the head count in
-/// the metadata ("n_head"), which read_gpt2 reads back (NOTE [GPT-2 head count]).
+/// the metadata ("n_head"), which read_gpt2 reads back (NOTE [GPT-2 head count]); a padded
+/// vocabulary's rows are left out (NOTE [padded parameters]).
 template <class B>
 void save_gpt2(const std::string& path, const nn::GPT<B>& model) {
   std::vector<std::pair<std::string, HostTensor>> ts;
-  for (const auto& [name, t] : model.named_parameters())
-    ts.emplace_back(name, HostTensor{t.shape(), t.template to_vector<float>()});
+  const auto& named = model.named_parameters();
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    const Shape s = model.saved_shape(i);
+    std::vector<float> v(static_cast<std::size_t>(s.numel()));
+    if (!v.empty())
+      B::copy_to_host(v.data(), named[i].second.template data<float>(), v.size() * sizeof(float));
+    ts.emplace_back(named[i].first, HostTensor{s, std::move(v)});
+  }
   write_safetensors(path, ts, {{"format", "pt"}, {"n_head", std::to_string(model.config.n_head)}});
 }
 

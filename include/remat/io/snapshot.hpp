@@ -38,10 +38,7 @@ struct TrainState {
 };
 
 namespace detail {
-template <class B>
-HostTensor host(const Tensor<B>& t) {
-  return HostTensor{t.shape(), t.template to_vector<float>()};
-}
+// the first s.numel() floats at p (a padded parameter's saved rows: NOTE [padded parameters])
 template <class B>
 HostTensor host(const float* p, const Shape& s) {
   HostTensor h{s, std::vector<float>(static_cast<std::size_t>(s.numel()))};
@@ -49,9 +46,11 @@ HostTensor host(const float* p, const Shape& s) {
   return h;
 }
 enum class Values { any, finite, finite_nonnegative };
+// Checks the tensor `key` against `shape` (and `check`), then, with dst, copies it to dst's
+// first shape.numel() floats and zeroes the padding up to `numel` (NOTE [padded parameters]).
 template <class B>
 void restore(const SafetensorsFile& f, const std::string& key, const Shape& shape, float* dst,
-             const std::string& path, Values check = Values::any) {
+             std::int64_t numel, const std::string& path, Values check = Values::any) {
   auto it = f.tensors.find(key);
   REMAT_CHECK(it != f.tensors.end(), "remat::io::load_state: '", path, "' has no tensor '", key,
               "' (was it saved from another model or optimizer?)");
@@ -64,7 +63,10 @@ void restore(const SafetensorsFile& f, const std::string& key, const Shape& shap
                   "remat::io::load_state: optimizer state '", key, "' in '", path, "' has ", v[i],
                   " at element ", i, " (expected ", check == Values::finite ? "finite values" :
                   "finite values >= 0", "; a corrupt snapshot would make every later loss NaN)");
-  if (dst && !v.empty()) B::copy_from_host(dst, v.data(), v.size() * 4);  // null: check only
+  if (!dst) return;  // null: check only
+  if (!v.empty()) B::copy_from_host(dst, v.data(), v.size() * 4);
+  if (numel > static_cast<std::int64_t>(v.size()))
+    B::fill(dst + v.size(), numel - static_cast<std::int64_t>(v.size()), 0.0f);
 }
 inline const std::string& meta(const SafetensorsFile& f, const char* k, const std::string& path) {
   auto it = f.metadata.find(k);
@@ -145,7 +147,9 @@ void save_state_impl(const std::string& path, const nn::Module<B>& model, optim:
                      const std::map<std::string, std::string>& config, void (*after_half)()) {
   std::vector<std::pair<std::string, HostTensor>> ts;
   const auto& named = model.named_parameters();
-  for (const auto& [name, t] : named) ts.emplace_back("model." + name, detail::host(t));
+  for (std::size_t i = 0; i < named.size(); ++i)
+    ts.emplace_back("model." + named[i].first,
+                    detail::host<B>(named[i].second.template data<float>(), model.saved_shape(i)));
   std::map<std::string, std::string> md = st.extra;
   for (const auto& [k, v] : config) md[k] = v;
   md["format"] = "remat-state-2";
@@ -158,11 +162,12 @@ void save_state_impl(const std::string& path, const nn::Module<B>& model, optim:
     const auto& [name, t] = named[i];
     if (adamw && adamw->has_moments(i)) {
       const auto [m, v] = adamw->moments(i);
-      ts.emplace_back("adamw.m." + name, detail::host<B>(m, t.shape()));
-      ts.emplace_back("adamw.v." + name, detail::host<B>(v, t.shape()));
+      ts.emplace_back("adamw.m." + name, detail::host<B>(m, model.saved_shape(i)));
+      ts.emplace_back("adamw.v." + name, detail::host<B>(v, model.saved_shape(i)));
     }
     if (sgd && sgd->has_momentum_buffer(i))
-      ts.emplace_back("sgd.momentum." + name, detail::host<B>(sgd->momentum_buffer(i), t.shape()));
+      ts.emplace_back("sgd.momentum." + name,
+                      detail::host<B>(sgd->momentum_buffer(i), model.saved_shape(i)));
   }
   if (adamw) md["adamw_steps"] = std::to_string(adamw->steps());
   write_safetensors(path, ts, md, after_half);
@@ -236,8 +241,9 @@ TrainState load_state_impl(const SafetensorsFile& f, const std::string& path, nn
     const auto checked = [apply](Values v) { return apply ? Values::any : v; };  // once is enough
     for (std::size_t i = 0; i < named.size(); ++i) {
       const auto& [name, t] = named[i];
-      detail::restore<B>(f, "model." + name, t.shape(),
-                         apply ? t.template mutable_data<float>() : nullptr, path);
+      const Shape saved = model.saved_shape(i);  // NOTE [padded parameters]
+      detail::restore<B>(f, "model." + name, saved,
+                         apply ? t.template mutable_data<float>() : nullptr, t.numel(), path);
       // NOTE [snapshot optimizer state]: the snapshot is the optimizer's whole state. A
       // parameter without moments in it never had a gradient in the saved run, and must have
       // none after the load: an optimizer that has some (it stepped before load_state) would
@@ -254,13 +260,15 @@ TrainState load_state_impl(const SafetensorsFile& f, const std::string& path, nn
                     "load a snapshot into a fresh optimizer, before any step)");
       if (adamw && (f.tensors.count("adamw.m." + name) || f.tensors.count("adamw.v." + name))) {
         const auto mv = apply ? adamw->moments(i) : std::pair<float*, float*>{nullptr, nullptr};
-        detail::restore<B>(f, "adamw.m." + name, t.shape(), mv.first, path, checked(Values::finite));
-        detail::restore<B>(f, "adamw.v." + name, t.shape(), mv.second, path,
+        detail::restore<B>(f, "adamw.m." + name, saved, mv.first, t.numel(), path,
+                           checked(Values::finite));
+        detail::restore<B>(f, "adamw.v." + name, saved, mv.second, t.numel(), path,
                            checked(Values::finite_nonnegative));
       }
       if (sgd && f.tensors.count("sgd.momentum." + name))
-        detail::restore<B>(f, "sgd.momentum." + name, t.shape(),
-                           apply ? sgd->momentum_buffer(i) : nullptr, path, checked(Values::finite));
+        detail::restore<B>(f, "sgd.momentum." + name, saved,
+                           apply ? sgd->momentum_buffer(i) : nullptr, t.numel(), path,
+                           checked(Values::finite));
     }
   }
   if (adamw) adamw->set_steps(adamw_steps);

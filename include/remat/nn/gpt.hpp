@@ -173,6 +173,17 @@ struct GPTConfig {
   float init_std = 0.02f;
   std::uint64_t seed = 1337;
   CheckpointStrategy checkpoint;  // how forward checkpoints the blocks
+  // wte's rows rounded up to a multiple of this (1: none). llm.c pads GPT-2's 50257 to 50304
+  // (128): the head's GEMMs then have aligned leading dimensions. The padding is internal: its
+  // rows are zero, the loss and the logits cover vocab_size classes, files hold vocab_size rows
+  // (NOTE [padded parameters]).
+  std::int64_t vocab_multiple = 1;
+
+  /// wte's rows: vocab_size rounded up to a multiple of vocab_multiple.
+  std::int64_t padded_vocab() const {
+    return vocab_multiple > 1 ? (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple
+                              : vocab_size;
+  }
 };
 
 /// Pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
@@ -209,14 +220,10 @@ class GPT : public Module<B> {
  public:
   GPT(Tape<B>& tape, const GPTConfig& c)
       : config(c),
-        wte(tape, c.vocab_size, c.n_embd, c.init_std, c.seed),
+        wte(tape, checked(c).padded_vocab(), c.n_embd, c.init_std, c.seed, c.vocab_size),
         wpe(tape, c.block_size, c.n_embd, c.init_std, c.seed + 1),
         ln_f(tape, c.n_embd),
         tape_(&tape) {
-    REMAT_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer >= 0 && c.n_embd > 0,
-                "remat::nn::GPT: config has vocab_size ", c.vocab_size, ", block_size ",
-                c.block_size, ", n_layer ", c.n_layer, ", n_embd ", c.n_embd,
-                " (expected all positive, n_layer >= 0)");
     this->add_module("wte", wte);
     this->add_module("wpe", wpe);
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
@@ -238,7 +245,8 @@ class GPT : public Module<B> {
     for (std::int64_t t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
     return wte(idx) + wpe(tape_->tokens({T}, pos));  // (B, T, C) + (T, C)
   }
-  /// Final layer norm and the tied lm head: x (B, T, C) -> logits (B, T, V).
+  /// Final layer norm and the tied lm head: x (B, T, C) -> logits (B, T, Vp), Vp =
+  /// config.padded_vocab(): the columns past vocab_size are the padding's (zero).
   Tensor<B> head(const Tensor<B>& x) const {
     return matmul(ln_f(x), wte.weight, false, /*tb=*/true);
   }
@@ -296,13 +304,17 @@ class GPT : public Module<B> {
     }
     return x;
   }
-  /// idx (B, T) i32 -> logits (B, T, V).
+  /// idx (B, T) i32 -> logits (B, T, V), V = config.vocab_size (a padded head's columns cut
+  /// off: they are never predicted or sampled).
   Tensor<B> operator()(const Tensor<B>& idx, bool training = true) const {
-    return head(blocks(embed(idx), training));
+    Tensor<B> logits = head(blocks(embed(idx), training));
+    const std::int64_t V = config.vocab_size;
+    return logits.size(-1) == V ? logits : slice(logits, -1, 0, V);
   }
-  /// Mean cross-entropy of the next-token predictions against targets (B, T).
+  /// Mean cross-entropy of the next-token predictions against targets (B, T): over the padded
+  /// head's first vocab_size columns, without cutting them out.
   Tensor<B> loss(const Tensor<B>& idx, const Tensor<B>& targets, bool training = true) const {
-    return cross_entropy((*this)(idx, training), targets);
+    return cross_entropy(head(blocks(embed(idx), training)), targets, config.vocab_size);
   }
 
   GPTConfig config;
@@ -311,6 +323,14 @@ class GPT : public Module<B> {
   LayerNorm<B> ln_f;
 
  private:
+  static const GPTConfig& checked(const GPTConfig& c) {  // before any parameter is made
+    REMAT_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer >= 0 && c.n_embd > 0 &&
+                    c.vocab_multiple >= 1 && c.vocab_multiple <= (std::int64_t{1} << 20),
+                "remat::nn::GPT: config has vocab_size ", c.vocab_size, ", block_size ",
+                c.block_size, ", n_layer ", c.n_layer, ", n_embd ", c.n_embd, ", vocab_multiple ",
+                c.vocab_multiple, " (expected all positive, n_layer >= 0, vocab_multiple 1..2^20)");
+    return c;
+  }
   Tape<B>* tape_;
 };
 

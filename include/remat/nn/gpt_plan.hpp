@@ -131,7 +131,10 @@ GptCosts measure_gpt(const GPTConfig& c, std::int64_t batch, std::int64_t seq, i
   GptCosts g;
   g.embedding = measure_stage(tape, [&](const Tensor<B>& i) { return model.embed(i); }, idx, dy, 0,
                               repeats);
-  g.head = measure_stage(tape, [&](const Tensor<B>& h) { return cross_entropy(model.head(h), tgt); },
+  g.head = measure_stage(tape,
+                         [&](const Tensor<B>& h) {
+                           return cross_entropy(model.head(h), tgt, c.vocab_size);
+                         },
                          x, Tensor<B>(), act, repeats);
   const Block<B>* blk = &model.h[0];
   for (int k = 0; k < kBlockOptions; ++k) {
@@ -164,7 +167,7 @@ inline void flop_times(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
     if (k == 1) s.bwd_s += (att + 0.5 * pw) / rate;
     if (k == 2) s.bwd_s += (att + pw) / rate;
   }
-  const double head_f = 2.0 * N * C * double(c.vocab_size) + 10.0 * N * double(c.vocab_size);
+  const double head_f = 2.0 * N * C * double(c.padded_vocab()) + 10.0 * N * double(c.vocab_size);
   g.head.fwd_s = g.head.nograd_s = head_f / rate;
   g.head.bwd_s = 2.0 * head_f / rate;
   g.embedding.fwd_s = g.embedding.nograd_s = 2.0 * N * C / rate;
@@ -185,7 +188,7 @@ inline plan::StageOption to_option(const std::string& name, const StageCost& s) 
 // Bytes of GPT's fp32 parameters (tied lm head): what gpt_chain counts for the parameters and
 // again for their gradients. The estimator certifies the real figure.
 inline std::int64_t gpt_parameter_bytes(const GPTConfig& c) {
-  return 4 * (c.vocab_size * c.n_embd + c.block_size * c.n_embd + 2 * c.n_embd +
+  return 4 * (c.padded_vocab() * c.n_embd + c.block_size * c.n_embd + 2 * c.n_embd +
               c.n_layer * (12 * c.n_embd * c.n_embd + 13 * c.n_embd));
 }
 
@@ -276,7 +279,7 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
 /// equal). Measured in benchmarks/results/2026-11-30-planner.md and 2026-11-30-rss-vs-ledger.md.
 inline constexpr std::int64_t kGemmPanelRows = 4096;
 inline std::int64_t process_overhead(const GPTConfig& c, std::int64_t tokens) {
-  const std::int64_t rows = std::max({c.vocab_size, 4 * c.n_embd, tokens});
+  const std::int64_t rows = std::max({c.padded_vocab(), 4 * c.n_embd, tokens});
   return (std::int64_t{4} << 20) + 1024 * std::min(rows, kGemmPanelRows);
 }
 inline std::int64_t process_headroom(const GPTConfig& c, std::int64_t tokens,

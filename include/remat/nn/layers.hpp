@@ -40,12 +40,19 @@ class LayerNorm : public Module<B> {
   float eps;
 };
 
-/// A table of `rows` vectors of size C, looked up by integer ids.
+/// A table of `rows` vectors of size C, looked up by integer ids. With used_rows < rows, the
+/// rows past used_rows are padding (NOTE [padded parameters]): zero, and left out of files.
 template <class B>
 class Embedding : public Module<B> {
  public:
-  Embedding(Tape<B>& tape, std::int64_t rows, std::int64_t C, float std, std::uint64_t seed)
-      : weight(this->add_parameter("weight", init::normal(tape, {rows, C}, std, seed))) {}
+  Embedding(Tape<B>& tape, std::int64_t rows, std::int64_t C, float std, std::uint64_t seed,
+            std::int64_t used_rows = -1)
+      : weight(this->add_parameter("weight", init::normal(tape, {rows, C}, std, seed),
+                                   used_rows < rows ? used_rows : -1)) {
+    if constexpr (!is_meta_backend_v<B>)
+      if (used_rows >= 0 && used_rows < rows)  // the draws of the used rows are the unpadded's
+        B::fill(weight.template mutable_data<float>() + used_rows * C, (rows - used_rows) * C, 0.0f);
+  }
   Tensor<B> operator()(const Tensor<B>& ids) const { return embedding(weight, ids); }
   Tensor<B> weight;
 };

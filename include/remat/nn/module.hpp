@@ -39,24 +39,46 @@ class Module {
     for (const auto& p : params_) n += p.second.numel();
     return n;
   }
+  /// NOTE [padded parameters]: the shape parameter i has in files (weights, snapshots): its
+  /// leading rows without the padding a module may add past them (a vocabulary padded to a
+  /// multiple for aligned GEMMs). The padding rows stay zero: nothing reads them into a result
+  /// that matters, so their gradient is zero and an optimizer leaves them so. Saving writes the
+  /// saved rows; loading fills them and zeroes the padding.
+  Shape saved_shape(std::size_t i) const {
+    Shape s = params_.at(i).second.shape();
+    if (saved_rows_.at(i) >= 0) s[0] = saved_rows_[i];
+    return s;
+  }
 
  protected:
-  /// Registers t as `name`, which it also takes as its tensor name (errors name it so).
-  Tensor<B> add_parameter(const std::string& name, Tensor<B> t) {
+  /// Registers t as `name`, which it also takes as its tensor name (errors name it so); with
+  /// saved_rows >= 0, only the first saved_rows rows of t are its value in files (NOTE [padded
+  /// parameters]), the rest padding.
+  Tensor<B> add_parameter(const std::string& name, Tensor<B> t, std::int64_t saved_rows = -1) {
+    REMAT_CHECK(saved_rows < 0 || (t.rank() >= 1 && saved_rows <= t.size(0)),
+                "remat::nn::Module::add_parameter: '", name, "' is ", t.shape().str(), " with ",
+                saved_rows, " saved rows (expected at most its ", t.rank() ? t.size(0) : 0,
+                " rows)");
     t.impl()->name = name;
     params_.emplace_back(name, t);
+    saved_rows_.push_back(saved_rows);
     return t;
   }
   template <class M>
   void add_module(const std::string& prefix, const M& child) {
-    for (const auto& p : child.named_parameters()) {
+    const auto& named = child.named_parameters();
+    for (std::size_t i = 0; i < named.size(); ++i) {
+      const auto& p = named[i];
       p.second.impl()->name = prefix + "." + p.first;
       params_.emplace_back(prefix + "." + p.first, p.second);
+      const Shape saved = child.saved_shape(i);
+      saved_rows_.push_back(saved == p.second.shape() ? -1 : saved[0]);
     }
   }
 
  private:
   std::vector<NamedTensor> params_;
+  std::vector<std::int64_t> saved_rows_;  // per parameter: -1 (all) or the rows saved
 };
 
 namespace init {

@@ -279,36 +279,41 @@ struct CpuNn {
     return static_cast<std::size_t>(N) * sizeof(double);
   }
 
-  // loss[0] = mean_i (lse_i - logits[i, t_i]) over N rows of V classes; saves lse (N). The loss
-  // goes into backend memory (a device keeps it there until someone reads it).
+  // loss[0] = mean_i (lse_i - logits[i, t_i]) over N rows of V classes, each row ld floats
+  // (ld >= V: columns V..ld-1 are padding, never read); saves lse (N). The loss goes into
+  // backend memory (a device keeps it there until someone reads it).
   static void cross_entropy_forward(float* loss, float* lse, const float* logits,
-                                    const std::int32_t* targets, std::int64_t N, std::int64_t V) {
+                                    const std::int32_t* targets, std::int64_t N, std::int64_t V,
+                                    std::int64_t ld) {
     const Scratch<double> part(cross_entropy_forward_scratch(N) / sizeof(double));
     parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
-        CArr X(logits + r * V, V);
+        CArr X(logits + r * ld, V);
         const float m = X.maxCoeff();
         lse[r] = m + std::log((X - m).exp().sum());
-        part.data()[r] = static_cast<double>(lse[r]) - logits[r * V + targets[r]];
+        part.data()[r] = static_cast<double>(lse[r]) - logits[r * ld + targets[r]];
       }
     });
     double total = 0.0;
     for (std::size_t i = 0; i < part.size(); ++i) total += part.data()[i];  // serial: deterministic
     loss[0] = static_cast<float>(total / static_cast<double>(N));
   }
-  // dlogits[i, j] += scale (exp(logits[i, j] - lse_i) - [j == t_i]),  scale = dloss[0] / N
+  // dlogits[i, j] += scale (exp(logits[i, j] - lse_i) - [j == t_i]),  scale = dloss[0] / N,
+  // for j < V; the padding j in [V, ld) gets 0 (written with set, else left as it is).
   // (dlogits may be logits itself with set: each element is read before it is written)
   static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                                      const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                     const float* dloss, bool set = false) {
+                                     std::int64_t ld, const float* dloss, bool set = false) {
     const float scale = dloss[0] / static_cast<float>(N);
     parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
-        if (set)
-          Arr(dlogits + r * V, V) = scale * (CArr(logits + r * V, V) - lse[r]).exp();
-        else
-          Arr(dlogits + r * V, V) += scale * (CArr(logits + r * V, V) - lse[r]).exp();
-        dlogits[r * V + targets[r]] -= scale;
+        if (set) {
+          Arr(dlogits + r * ld, V) = scale * (CArr(logits + r * ld, V) - lse[r]).exp();
+          Arr(dlogits + r * ld + V, ld - V).setZero();
+        } else {
+          Arr(dlogits + r * ld, V) += scale * (CArr(logits + r * ld, V) - lse[r]).exp();
+        }
+        dlogits[r * ld + targets[r]] -= scale;
       }
     });
   }

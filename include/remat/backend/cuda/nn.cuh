@@ -168,12 +168,14 @@ __global__ void softmax_backward_kernel(float* dx, const float* y, const float* 
     dx[r * C + i] = overwrite ? v : dx[r * C + i] + v;
   }
 }
+// one block a row of V classes, rows ld floats apart (columns V..ld-1: padding, never read)
 template <int = 0>
 __global__ void cross_entropy_forward_kernel(float* lse, float* loss, const float* logits,
-                                             const std::int32_t* targets, std::int64_t V) {
+                                             const std::int32_t* targets, std::int64_t V,
+                                             std::int64_t ld) {
   __shared__ float sh[32];
   const std::int64_t r = blockIdx.x;
-  const float* xr = logits + r * V;
+  const float* xr = logits + r * ld;
   float m = -FLT_MAX;
   for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, xr[i]);
   m = block_reduce<true>(m, sh);
@@ -201,17 +203,21 @@ __global__ void mean_kernel(float* out, const float* x, std::int64_t n) {
   if (threadIdx.x == 0) out[0] = static_cast<float>(sh[0] / static_cast<double>(n));
 }
 // scale = dloss[0] / N, read on the device (the loss's gradient never visits the host)
-// dlogits may be logits itself (set): each thread reads its element, then writes it
+// dlogits may be logits itself (set): each thread reads its element, then writes it; the
+// padding columns [V, ld) get 0 (written with set, else left as they are)
 template <int = 0>
 __global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
                                               const std::int32_t* targets, std::int64_t V,
-                                              const float* dloss, std::int64_t N, bool set) {
+                                              std::int64_t ld, const float* dloss, std::int64_t N,
+                                              bool set) {
   const std::int64_t r = blockIdx.x;
   const float scale = dloss[0] / static_cast<float>(N);
   for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-    const float d = scale * (expf(logits[r * V + i] - lse[r]) - (i == targets[r] ? 1.0f : 0.0f));
-    dlogits[r * V + i] = set ? d : dlogits[r * V + i] + d;
+    const float d = scale * (expf(logits[r * ld + i] - lse[r]) - (i == targets[r] ? 1.0f : 0.0f));
+    dlogits[r * ld + i] = set ? d : dlogits[r * ld + i] + d;
   }
+  if (set)
+    for (std::int64_t i = V + threadIdx.x; i < ld; i += blockDim.x) dlogits[r * ld + i] = 0.0f;
 }
 template <int = 0>
 __global__ void embedding_forward_kernel(float* y, const float* w, const std::int32_t* ids,
@@ -341,20 +347,21 @@ struct CudaNn {
   }
   /// loss[0] = the mean of the rows' losses, left on the device (NOTE [host round trips]).
   static void cross_entropy_forward(float* loss, float* lse, const float* logits,
-                                    const std::int32_t* targets, std::int64_t N, std::int64_t V) {
+                                    const std::int32_t* targets, std::int64_t N, std::int64_t V,
+                                    std::int64_t ld) {
     const Scratch scratch(CudaSizes::cross_entropy_forward_scratch(N));
     float* rows = scratch.as<float>();
     REMAT_CUDA_LAUNCH(cross_entropy_forward_kernel<>, static_cast<unsigned>(N), kRowThreads, 0, s(),
-                      lse, rows, logits, targets, V);
+                      lse, rows, logits, targets, V, ld);
     REMAT_CUDA_LAUNCH(mean_kernel<>, 1, kRowThreads, 0, s(), loss, rows, N);
   }
   static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                                      const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                     const float* dloss, bool set = false) {
+                                     std::int64_t ld, const float* dloss, bool set = false) {
     if (N == 0) return;
     REMAT_CUDA_LAUNCH(cross_entropy_backward_kernel<>, static_cast<unsigned>(N),
                       kRowThreads, 0, s(),
-                      dlogits, logits, lse, targets, V, dloss, N, set);
+                      dlogits, logits, lse, targets, V, ld, dloss, N, set);
   }
   static void embedding_forward(float* y, const float* w, const std::int32_t* ids, std::int64_t n, std::int64_t C) {
     if (n * C == 0) return;
