@@ -139,6 +139,28 @@ if [ -e "$DIR/never.safetensors" ] || ls "$DIR"/never.safetensors.* >/dev/null 2
   bad "an infeasible limit wrote weights"; else ok "an infeasible limit writes nothing"; fi
 expect_error "bad budget" "is not a byte count" "${small[@]}" --checkpoint budget:lots
 
+# --vocab-multiple (NOTE [padded parameters]): 256 byte tokens padded to 288 rows inside; the
+# weights and the snapshot hold 256; resumed padded, the uninterrupted run's losses bit for bit;
+# resumed unpadded (the same model, other GEMM shapes), the same losses to 1e-5; sampling works
+pad=(--layers 1 --d 16 --heads 2 --seq 8 --batch 2 --threads 1 --json)
+"$BIN" "${pad[@]}" --vocab-multiple 96 --steps 4 > "$DIR/pad4.jsonl" 2>&1 &&
+"$BIN" "${pad[@]}" --vocab-multiple 96 --steps 2 --snapshot-path "$DIR/pad.state" \
+  --save "$DIR/pad.safetensors" > /dev/null 2>&1 &&
+"$BIN" "${pad[@]}" --vocab-multiple 96 --steps 4 --resume "$DIR/pad.state" > "$DIR/padr.jsonl" 2>&1 &&
+"$BIN" "${pad[@]}" --steps 4 --resume "$DIR/pad.state" --sample 8 > "$DIR/unpadr.jsonl" 2>&1
+rc=$?
+wte=$(head -c 4096 "$DIR/pad.safetensors" | grep -ao '"wte.weight":{[^}]*}' | grep -o '"shape":\[[0-9, ]*\]')
+snap=$(head -c 8192 "$DIR/pad.state" | grep -ao '"adamw.v.wte.weight":{[^}]*}' | grep -o '"shape":\[[0-9, ]*\]')
+l_full=$(losses "$DIR/pad4.jsonl" | cut -d' ' -f3-4) l_pad=$(losses "$DIR/padr.jsonl")
+l_unpad=$(losses "$DIR/unpadr.jsonl")
+close=$(echo "$l_pad|$l_unpad" | tr -d '"loss:' | awk -F'|' '{n = split($1, a, " "); split($2, b, " ");
+  ok = n == 2; for (i = 1; i <= n; i++) { d = a[i] - b[i]; if (d < 0) d = -d; if (d > 1e-5 * a[i]) ok = 0 }
+  print ok}')
+if [ "$rc" -eq 0 ] && [ "$wte" = '"shape":[256,16]' ] && [ "$snap" = '"shape":[256,16]' ] &&
+   [ -n "$l_full" ] && [ "$l_pad" = "$l_full " ] && [ "$close" = 1 ] && grep -q "sample" "$DIR/unpadr.jsonl"; then
+  ok "--vocab-multiple: files hold the real rows, resumes padded (bitwise) and unpadded (1e-5)"; else
+  bad "--vocab-multiple: exit $rc, wte $wte, snapshot $snap, losses [$l_full] [$l_pad] [$l_unpad] close $close"; fi
+
 # The system's memory limit (NOTE [System memory limit]): a model too large for the process's
 # limit ends with OutOfMemory naming the limit, exit 1, never a kill or a crash. 302M parameters
 # (1.2 GB, 4.8 GB with gradients and AdamW's state) under RLIMIT_AS of 1.5 GB:
