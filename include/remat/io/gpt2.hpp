@@ -335,13 +335,8 @@ void load_gpt2(const std::map<std::string, HostTensor>& w, nn::GPT<B>& model, co
                   detail::shown(kv.first), "', which the model (", model.config.n_layer, " layers, "
                   "from the flags) does not have (do --layers/--d/--heads/--seq/--vocab fit the file?)");
   }
-  for (const auto& [name, t] : named) {
-    const std::vector<float>& v = w.at(name).data;  // the saved rows: a prefix of t
-    float* dst = t.template mutable_data<float>();
-    if (!v.empty()) B::copy_from_host(dst, v.data(), v.size() * sizeof(float));
-    const std::int64_t tail = t.numel() - static_cast<std::int64_t>(v.size());
-    if (tail > 0) B::fill(dst + v.size(), tail, 0.0f);
-  }
+  for (const auto& [name, t] : named)  // the file's rows, then zero padding
+    detail::copy_padded<B>(t.template mutable_data<float>(), t.numel(), w.at(name).data);
 }
 
 /// Saves the model's weights under the Hugging Face GPT-2 names (F32), with the head count in
@@ -351,13 +346,10 @@ template <class B>
 void save_gpt2(const std::string& path, const nn::GPT<B>& model) {
   std::vector<std::pair<std::string, HostTensor>> ts;
   const auto& named = model.named_parameters();
-  for (std::size_t i = 0; i < named.size(); ++i) {
-    const Shape s = model.saved_shape(i);
-    std::vector<float> v(static_cast<std::size_t>(s.numel()));
-    if (!v.empty())
-      B::copy_to_host(v.data(), named[i].second.template data<float>(), v.size() * sizeof(float));
-    ts.emplace_back(named[i].first, HostTensor{s, std::move(v)});
-  }
+  for (std::size_t i = 0; i < named.size(); ++i)
+    ts.emplace_back(named[i].first,
+                    detail::host_prefix<B>(named[i].second.template data<float>(),
+                                           model.saved_shape(i)));
   write_safetensors(path, ts, {{"format", "pt"}, {"n_head", std::to_string(model.config.n_head)}});
 }
 

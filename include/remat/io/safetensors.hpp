@@ -41,6 +41,25 @@ struct HostTensor {
   std::vector<float> data;
 };
 
+namespace detail {
+/// The first s.numel() floats of backend B's buffer p, as a host tensor of shape s: a padded
+/// parameter's saved rows (NOTE [padded parameters] in nn/module.hpp) or a whole one.
+template <class B>
+HostTensor host_prefix(const float* p, const Shape& s) {
+  HostTensor h{s, std::vector<float>(static_cast<std::size_t>(s.numel()))};
+  if (!h.data.empty()) B::copy_to_host(h.data.data(), p, h.data.size() * sizeof(float));
+  return h;
+}
+/// Copies v into the first v.size() floats of backend B's buffer dst and zeroes the rest of
+/// its numel floats (the padding, NOTE [padded parameters]).
+template <class B>
+void copy_padded(float* dst, std::int64_t numel, const std::vector<float>& v) {
+  if (!v.empty()) B::copy_from_host(dst, v.data(), v.size() * sizeof(float));
+  if (numel > static_cast<std::int64_t>(v.size()))
+    B::fill(dst + v.size(), numel - static_cast<std::int64_t>(v.size()), 0.0f);
+}
+}  // namespace detail
+
 struct SafetensorsFile {
   std::map<std::string, HostTensor> tensors;
   std::map<std::string, std::string> metadata;  // the optional __metadata__ object

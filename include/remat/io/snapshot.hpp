@@ -38,13 +38,6 @@ struct TrainState {
 };
 
 namespace detail {
-// the first s.numel() floats at p (a padded parameter's saved rows: NOTE [padded parameters])
-template <class B>
-HostTensor host(const float* p, const Shape& s) {
-  HostTensor h{s, std::vector<float>(static_cast<std::size_t>(s.numel()))};
-  if (!h.data.empty()) B::copy_to_host(h.data.data(), p, h.data.size() * 4);
-  return h;
-}
 enum class Values { any, finite, finite_nonnegative };
 // Checks the tensor `key` against `shape` (and `check`), then, with dst, copies it to dst's
 // first shape.numel() floats and zeroes the padding up to `numel` (NOTE [padded parameters]).
@@ -63,10 +56,7 @@ void restore(const SafetensorsFile& f, const std::string& key, const Shape& shap
                   "remat::io::load_state: optimizer state '", key, "' in '", path, "' has ", v[i],
                   " at element ", i, " (expected ", check == Values::finite ? "finite values" :
                   "finite values >= 0", "; a corrupt snapshot would make every later loss NaN)");
-  if (!dst) return;  // null: check only
-  if (!v.empty()) B::copy_from_host(dst, v.data(), v.size() * 4);
-  if (numel > static_cast<std::int64_t>(v.size()))
-    B::fill(dst + v.size(), numel - static_cast<std::int64_t>(v.size()), 0.0f);
+  if (dst) copy_padded<B>(dst, numel, v);  // null: check only
 }
 inline const std::string& meta(const SafetensorsFile& f, const char* k, const std::string& path) {
   auto it = f.metadata.find(k);
@@ -149,7 +139,8 @@ void save_state_impl(const std::string& path, const nn::Module<B>& model, optim:
   const auto& named = model.named_parameters();
   for (std::size_t i = 0; i < named.size(); ++i)
     ts.emplace_back("model." + named[i].first,
-                    detail::host<B>(named[i].second.template data<float>(), model.saved_shape(i)));
+                    detail::host_prefix<B>(named[i].second.template data<float>(),
+                                           model.saved_shape(i)));
   std::map<std::string, std::string> md = st.extra;
   for (const auto& [k, v] : config) md[k] = v;
   md["format"] = "remat-state-2";
@@ -162,12 +153,12 @@ void save_state_impl(const std::string& path, const nn::Module<B>& model, optim:
     const auto& [name, t] = named[i];
     if (adamw && adamw->has_moments(i)) {
       const auto [m, v] = adamw->moments(i);
-      ts.emplace_back("adamw.m." + name, detail::host<B>(m, model.saved_shape(i)));
-      ts.emplace_back("adamw.v." + name, detail::host<B>(v, model.saved_shape(i)));
+      ts.emplace_back("adamw.m." + name, detail::host_prefix<B>(m, model.saved_shape(i)));
+      ts.emplace_back("adamw.v." + name, detail::host_prefix<B>(v, model.saved_shape(i)));
     }
     if (sgd && sgd->has_momentum_buffer(i))
       ts.emplace_back("sgd.momentum." + name,
-                      detail::host<B>(sgd->momentum_buffer(i), model.saved_shape(i)));
+                      detail::host_prefix<B>(sgd->momentum_buffer(i), model.saved_shape(i)));
   }
   if (adamw) md["adamw_steps"] = std::to_string(adamw->steps());
   write_safetensors(path, ts, md, after_half);
