@@ -475,10 +475,16 @@ class DataParallel final : public GradObserver<B> {
   }
 
   /// The parameter's gradient becomes the sum of its micro-steps' (NOTE [data parallel] 6).
-  void combine(Param& p) {
+  /// Its buffer changes during backward, and contributed() knows buffers by address: the old
+  /// one's entry goes (freed, its address may come back as another leaf's buffer, which must
+  /// not count as this parameter's) and the new one's comes (a late contribution is still
+  /// refused).
+  void combine(Param& p, std::size_t i) {
     if (p.acc.empty()) return;
+    by_grad_.erase(p.t.impl()->grad.get());
     p.acc.push(std::move(p.t.impl()->grad), add_);
     p.t.impl()->grad = p.acc.finish(add_);
+    by_grad_[p.t.impl()->grad.get()] = i;
   }
 
   /// Packs bucket b's final gradients and issues their sum (in index order: NOTE 3).
@@ -493,9 +499,12 @@ class DataParallel final : public GradObserver<B> {
     if (n > bk.numel) B::fill(dst + bk.numel, static_cast<std::int64_t>(n - bk.numel), 0.0f);
     for (std::size_t i : bk.params) {
       Param& p = params_[i];
-      combine(p);
+      combine(p, i);
       B::copy(dst + p.offset, p.t.impl()->grad->data(), p.t.bytes());
-      if (shard) p.t.impl()->grad = nullptr;  // ZeRO-1: only the chunk's sum is kept
+      if (shard) {  // ZeRO-1: only the chunk's sum is kept (the freed buffer's entry goes too)
+        by_grad_.erase(p.t.impl()->grad.get());
+        p.t.impl()->grad = nullptr;
+      }
     }
     stats_.pack_s += now() - t0;
     stats_.bytes += bk.numel * 4;
