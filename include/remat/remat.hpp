@@ -17,6 +17,7 @@
 #include "remat/checkpoint/policy.hpp"
 #include "remat/core/apply.hpp"
 #include "remat/core/error.hpp"
+#include "remat/core/flat.hpp"
 #include "remat/core/grad_mode.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/rng.hpp"
@@ -50,5 +51,6 @@
 #include "remat/optim/adamw.hpp"
 #include "remat/optim/grad.hpp"
 #include "remat/optim/sgd.hpp"
+#include "remat/optim/state.hpp"
 
 #include "remat/backend/cpu.hpp"

@@ -18,6 +18,8 @@
 
 #include <remat/remat.hpp>
 
+#include <cmath>
+
 #include "support/catch.hpp"
 #include "support/units.hpp"
 
@@ -323,17 +325,21 @@ TEST_CASE("GPT steps: the arena stops growing and stays near the ledger's peak",
     // it settles (measured: from the second step): every step is the same, no page given back
     // and faulted in again. For block, where checkpoint replays add into the real gradient
     // buffers and the fused attention's forward scratch comes and goes inside the replays,
-    // best fit cycles with period 3 since cross-entropy writes dlogits over the logits
-    // (measured: 10.2, 7.1 and 3.9 MB given back and faulted in again per step against a
-    // 76 MB peak; it settled from the 12th step before): the cap holds by giving pages back.
-    // A StepScope plans the step's layout and removes that (test_cpu_step_layout.cpp).
+    // best fit does not settle: since the parameters and the moments are flat buffers (NOTE
+    // [flat buffers]) the reserved bytes wander by 0.6% (measured: 76.54-77.03 MB from the
+    // second step to the 14th, 1-14 MB given back and faulted in again per step against a 76
+    // MB peak; before, a cycle of period 3): the cap holds by giving pages back. A StepScope
+    // plans the step's layout and removes that (test_cpu_step_layout.cpp).
     const double ledger = static_cast<double>(memory_stats<Cpu>().peak_total - live0);
     for (std::size_t s = 12; s < reserved.size(); ++s) {
-      CHECK(reserved[s] == reserved[11]);
-      if (std::string(strategy) == "none")
+      if (std::string(strategy) == "none") {
+        CHECK(reserved[s] == reserved[11]);
         CHECK(refaulted[s] == refaulted[11]);
-      else
+      } else {
+        CHECK(std::fabs(static_cast<double>(reserved[s]) - static_cast<double>(reserved[11])) <=
+              0.01 * static_cast<double>(reserved[11]));
         CHECK(static_cast<double>(refaulted[s] - refaulted[s - 1]) <= 0.2 * ledger);
+      }
     }
     const double peak = static_cast<double>(Cpu::peak_reserved_bytes() - reserved0);
     INFO("ledger peak " << ledger << " B, reserved peak " << peak << " B");

@@ -610,10 +610,103 @@ void test_update_lists() {
     check(same(one, many), "SGD over 45 tensors in lists of 32: the bits of one launch per tensor");
   }
   const std::int64_t launches = cuda::device_counters().now().launches - l0;
-  // per-tensor: 44 non-empty tensors per update; lists: 2 launches per update (8 updates in all)
+  // per-tensor: 44 non-empty tensors per update; lists: 2 launches per update (8 updates in
+  // all), but plain SGD (no state, so no distance to differ) takes the flat way: 1 launch
   std::printf("  multi-tensor updates: %lld launches for 8 updates of 45 tensors each way\n",
               static_cast<long long>(launches));
-  check(launches == 8 * 44 + 8 * 2, "a list update of 44 non-empty tensors is 2 launches", double(launches));
+  check(launches == 8 * 44 + 6 * 2 + 2 * 1, "a list update of 44 non-empty tensors is 2 launches",
+        double(launches));
+}
+
+// NOTE [multi-tensor updates], flat state: parameters, moments and momentum in one buffer each
+// with one layout (NOTE [flat buffers]), gradients apart: kFlatTensors tensors per launch, the
+// bits of one launch per tensor. 45 tensors (one launch) and 170 (two), sizes from 0 to several
+// chunks; a distance that differs for one tensor sends the update the list way.
+void test_update_flat() {
+  for (const int kTensors : {45, 170}) {
+    std::vector<std::int64_t> ns, off;
+    std::int64_t total = 0;
+    for (int k = 0; k < kTensors; ++k) {
+      ns.push_back(k == 7 ? 0 : (k * 2917) % 13000 + 1);
+      off.push_back(total);
+      total += flat_round(ns.back());
+    }
+    const auto T = static_cast<std::size_t>(total);
+    struct State {
+      std::vector<DeviceBuf> b;  // p, m, v: flat; then one gradient per tensor
+    };
+    auto make = [&] {
+      State st;
+      st.b.reserve(3 + ns.size());
+      st.b.emplace_back(seq(T, 1.0f, 0.0f));
+      st.b.emplace_back(seq(T, 0.05f, 0.0f));
+      st.b.emplace_back(seq(T, 0.0f, 0.01f));  // v >= 0
+      for (int k = 0; k < kTensors; ++k)
+        st.b.emplace_back(seq(static_cast<std::size_t>(ns[static_cast<std::size_t>(k)]) + 1, 0.1f, 0.01f * k));
+      return st;
+    };
+    auto slices = [&](State& st, bool momentum, bool first) {
+      std::vector<UpdateSlice> s;
+      for (int k = 0; k < kTensors; ++k) {
+        const auto o = off[static_cast<std::size_t>(k)];
+        s.push_back({st.b[0].p + o, st.b[3 + static_cast<std::size_t>(k)].p, momentum ? st.b[1].p + o : nullptr,
+                     st.b[2].p + o, ns[static_cast<std::size_t>(k)], first});
+      }
+      return s;
+    };
+    auto same = [&](State& a, State& b) {
+      for (int j = 0; j < 3; ++j)
+        if (!same_bits(a.b[static_cast<std::size_t>(j)].host(), b.b[static_cast<std::size_t>(j)].host())) return false;
+      return true;
+    };
+    const std::int64_t lists = (kTensors - 1 + cuda::kFlatTensors - 1) / cuda::kFlatTensors;
+    auto launches = [] { return cuda::device_counters().now().launches; };
+    {
+      auto one = make(), flat = make();
+      std::int64_t l = 0;
+      for (int step = 1; step <= 2; ++step) {
+        const float bc1 = 1.0f - std::pow(0.9f, float(step)), bc2 = 1.0f - std::pow(0.999f, float(step));
+        for (const auto& x : slices(one, true, false))
+          Cuda::adamw_update(x.p, x.g, x.m, x.v, x.n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
+        const auto m = slices(flat, true, false);
+        const std::int64_t l0 = launches();
+        Cuda::adamw_update_many(m.data(), m.size(), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
+        l += launches() - l0;
+      }
+      std::printf("  flat AdamW, %d tensors: %lld launches an update\n", kTensors, static_cast<long long>(l / 2));
+      check(same(one, flat), "AdamW over flat state: the bits of one launch per tensor", kTensors);
+      check(l == 2 * lists, "AdamW over flat state: one launch per kFlatTensors tensors", double(l));
+    }
+    for (int kind = 0; kind < 3; ++kind) {  // plain, momentum, Nesterov
+      auto one = make(), flat = make();
+      std::int64_t l = 0;
+      for (int step = 0; step < 2; ++step) {
+        for (const auto& x : slices(one, kind > 0, step == 0))
+          Cuda::sgd_update(x.p, x.g, x.m, x.n, 0.05f, 0.9f, 0.01f, kind == 2, x.first);
+        const auto m = slices(flat, kind > 0, step == 0);
+        const std::int64_t l0 = launches();
+        Cuda::sgd_update_many(m.data(), m.size(), 0.05f, 0.9f, 0.01f, kind == 2);
+        l += launches() - l0;
+      }
+      check(same(one, flat), "SGD over flat state: the bits of one launch per tensor", kind);
+      check(l == 2 * lists, "SGD over flat state: one launch per kFlatTensors tensors", double(l));
+    }
+    {  // one tensor's moments elsewhere: the list way, the same bits
+      auto one = make(), mixed = make();
+      DeviceBuf m9(seq(static_cast<std::size_t>(ns[9]), 0.05f, 0.0f)), m9b(seq(static_cast<std::size_t>(ns[9]), 0.05f, 0.0f));
+      auto a = slices(one, true, false), b = slices(mixed, true, false);
+      a[9].m = m9.p;
+      b[9].m = m9b.p;
+      for (const auto& x : a)
+        Cuda::adamw_update(x.p, x.g, x.m, x.v, x.n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f);
+      const std::int64_t l0 = launches();
+      Cuda::adamw_update_many(b.data(), b.size(), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f);
+      const std::int64_t l = launches() - l0;
+      check(same(one, mixed) && same_bits(m9.host(), m9b.host()),
+            "AdamW with one tensor's moments apart: the bits of one launch per tensor", kTensors);
+      check(l == (kTensors - 1 + 31) / 32, "... in lists of 32", double(l));
+    }
+  }
 }
 
 // NOTE [fresh gradient buffers]: a segment's node hands the gradient buffers made for it to the
@@ -865,7 +958,7 @@ void test_launches_per_step() {
                 static_cast<long long>(c1.launches - c0.launches), static_cast<long long>(c1.gemms - c0.gemms));
     for (const auto& [name, count] : n) std::printf(" %s %lld", name.c_str(), static_cast<long long>(count));
     std::printf("\n");
-    const std::int64_t lists = (12 * L + 4 + 31) / 32;
+    const std::int64_t lists = (12 * L + 4 + 31) / 32, flat = (12 * L + 4 + 159) / 160;
     const std::map<std::string, std::int64_t> want = {
         {"layer_norm_forward_kernel", 2 * L + 1}, {"layer_norm_backward_kernel", 2 * L + 1},
         {"binary_forward_kernel", 1},
@@ -875,7 +968,7 @@ void test_launches_per_step() {
         {"embedding_forward_kernel", 2},          {"embedding_backward_kernel", 2},
         {"cross_entropy_forward_kernel", 1},      {"cross_entropy_backward_kernel", 1},
         {"mean_kernel", 1},
-        {"adamw_list_kernel", lists},             {"sum_squares_list_kernel", lists},
+        {"adamw_flat_kernel", flat},              {"sum_squares_list_kernel", lists},
         {"sum_rows_kernel", 1},                   {"clip_factor_kernel", 1},
         {"clip_list_kernel", lists}};
     std::int64_t total = 0;
@@ -963,6 +1056,7 @@ int main() {
   section("ops", test_ops_against_cpu);
   section("optimizers", test_optim_against_cpu);
   section("update lists", test_update_lists);
+  section("flat updates", test_update_flat);
   section("clipping lists", test_clip_lists);
   section("gpt", test_gpt);
   section("checkpoint, unreached input", test_checkpoint_unreached_input);

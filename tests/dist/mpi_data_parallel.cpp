@@ -125,8 +125,12 @@ int bitwise(dist::MpiComm& comm) {
     std::size_t chunks = 0, numel = 0;
     for (int k = 0; k < db.buckets(); ++k) chunks += db.bucket_chunk(k), numel += db.bucket_numel(k);
     const std::int64_t state = memory_stats<Cpu>().live_of(Category::optimizer_state) - before;
+    // the unsharded AdamW's two moments: flat buffers laid out as the parameters, each tensor
+    // at a multiple of kFlatAlign floats (NOTE [flat buffers])
+    std::int64_t flat = 0;
+    for (const auto& p : a.parameters()) flat += flat_round(p.numel());
     const std::int64_t full = 8 * static_cast<std::int64_t>(numel);
-    check(ob.state_bytes() == 8 * chunks && state == full + static_cast<std::int64_t>(8 * chunks) &&
+    check(ob.state_bytes() == 8 * chunks && state == 8 * flat + static_cast<std::int64_t>(8 * chunks) &&
               chunks * static_cast<std::size_t>(N) < numel + static_cast<std::size_t>(N * db.buckets()) * 1024,
           r, "ZeRO-1: this rank's moments in the ledger: " + std::to_string(8 * chunks) + " bytes (unsharded " +
               std::to_string(full) + ", so 1/" + std::to_string(N) + " up to a 1024-float block per bucket)");

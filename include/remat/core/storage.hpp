@@ -5,8 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
+#include <utility>
 
+#include "remat/core/error.hpp"
 #include "remat/core/memory.hpp"
 
 namespace remat {
@@ -29,7 +32,17 @@ class Storage {
     ptr_ = bytes ? B::allocate(bytes) : nullptr;
     detail::ledger<B>().on_alloc(c, static_cast<std::int64_t>(bytes));
   }
+  /// A view: `bytes` of `parent`'s buffer from byte `offset` (NOTE [flat buffers],
+  /// core/flat.hpp). It allocates nothing and the ledger does not count it (the parent's bytes
+  /// are counted once); it keeps the parent alive, and has the parent's category and its own
+  /// version counter.
+  Storage(std::shared_ptr<Storage> parent, std::size_t offset, std::size_t bytes)
+      : bytes_(bytes), category_(parent->category()), parent_(std::move(parent)), offset_(offset) {
+    REMAT_ASSERT(offset_ + bytes_ <= parent_->bytes() && !parent_->parent_);
+    ptr_ = static_cast<char*>(parent_->data()) + offset_;
+  }
   ~Storage() {
+    if (parent_) return;  // a view: the parent frees and counts
     if (ptr_) B::deallocate(ptr_, bytes_);
     detail::ledger<B>().on_free(category_, static_cast<std::int64_t>(bytes_));
   }
@@ -49,9 +62,14 @@ class Storage {
   std::size_t bytes() const noexcept { return bytes_; }
   Category category() const noexcept { return category_; }
 
-  /// Moves the buffer's bytes to another category in the ledger.
+  /// The buffer this one is a view of (null: it owns its bytes) and where in it.
+  const std::shared_ptr<Storage>& parent() const noexcept { return parent_; }
+  std::size_t offset() const noexcept { return offset_; }
+
+  /// Moves the buffer's bytes to another category in the ledger (a view keeps its parent's:
+  /// its bytes are the parent's).
   void set_category(Category c) noexcept {
-    if (c == category_) return;
+    if (c == category_ || parent_) return;
     detail::ledger<B>().on_move(category_, c, static_cast<std::int64_t>(bytes_));
     category_ = c;
   }
@@ -79,6 +97,8 @@ class Storage {
   std::uint64_t version_ = 0;
   int saved_refs_ = 0;
   bool promoted_ = false;
+  std::shared_ptr<Storage> parent_;  // a view's: NOTE [flat buffers]
+  std::size_t offset_ = 0;
 };
 
 }  // namespace remat

@@ -231,6 +231,7 @@ class GPT : public Module<B> {
       this->add_module("h." + std::to_string(i), h.back());
     }
     this->add_module("ln_f", ln_f);
+    this->flatten_parameters();  // NOTE [flat buffers]
   }
 
   /// The residual stream after the embeddings: idx (B, T) i32 -> (B, T, C).

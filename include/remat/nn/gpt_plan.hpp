@@ -185,11 +185,17 @@ inline plan::StageOption to_option(const std::string& name, const StageCost& s) 
   return o;
 }
 
-// Bytes of GPT's fp32 parameters (tied lm head): what gpt_chain counts for the parameters and
-// again for their gradients. The estimator certifies the real figure.
-inline std::int64_t gpt_parameter_bytes(const GPTConfig& c) {
-  return 4 * (c.padded_vocab() * c.n_embd + c.block_size * c.n_embd + 2 * c.n_embd +
-              c.n_layer * (12 * c.n_embd * c.n_embd + 13 * c.n_embd));
+// Bytes of GPT's fp32 parameters (tied lm head), each tensor rounded up to `round` floats: 1
+// for their gradients (a buffer each), kFlatAlign for the parameters and the optimizer's state
+// (flat buffers, NOTE [flat buffers]). What gpt_chain counts; the estimator certifies the real
+// figure.
+inline std::int64_t gpt_parameter_bytes(const GPTConfig& c, std::int64_t round = 1) {
+  auto r = [round](std::int64_t n) { return (n + round - 1) / round * round; };
+  const std::int64_t C = c.n_embd;
+  // ln_1, attention (c_attn, c_proj), ln_2, MLP (c_fc, c_proj): weights and biases
+  const std::int64_t layer = 2 * r(C) + r(3 * C * C) + r(3 * C) + r(C * C) + r(C) + 2 * r(C) +
+                             r(4 * C * C) + r(4 * C) + r(4 * C * C) + r(C);
+  return 4 * (r(c.padded_vocab() * C) + r(c.block_size * C) + 2 * r(C) + c.n_layer * layer);
 }
 
 }  // namespace detail
@@ -235,11 +241,11 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
     detail::flop_times(c, batch, seq, g);
   }
   const std::int64_t act = batch * seq * c.n_embd * 4;
-  const std::int64_t P = detail::gpt_parameter_bytes(c);
+  const std::int64_t P = detail::gpt_parameter_bytes(c, kFlatAlign), G = detail::gpt_parameter_bytes(c);
   const std::int64_t opt = so.optimizer == "adamw" ? 2 * P : (so.momentum != 0.0f ? P : 0);
   plan::Chain chain;
   chain.input = 0;
-  chain.base = 2 * P + opt + 2 * batch * seq * 4 + seq * 4;
+  chain.base = P + G + opt + 2 * batch * seq * 4 + seq * 4;
   plan::Stage emb;
   emb.name = "embedding";
   emb.out = act;

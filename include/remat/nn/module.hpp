@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "remat/core/flat.hpp"
 #include "remat/core/rng.hpp"
 #include "remat/core/tape.hpp"
 
@@ -39,6 +40,11 @@ class Module {
     for (const auto& p : params_) n += p.second.numel();
     return n;
   }
+  /// Moves every parameter into one buffer, each a view of it (NOTE [flat buffers],
+  /// core/flat.hpp): no holes between them in a caching allocator's segments, and an
+  /// optimizer's state laid out the same way is updated in one launch. Handles to the
+  /// parameters follow; raw pointers into them taken before do not. nn::GPT does it when made.
+  void flatten_parameters() { flatten(parameters()); }
   /// NOTE [padded parameters]: the shape parameter i has in files (weights, snapshots): its
   /// leading rows without the padding a module may add past them (a vocabulary padded to a
   /// multiple for aligned GEMMs). The padding rows stay zero: nothing reads them into a result

@@ -10,6 +10,7 @@
 #include "remat/backend/update_list.hpp"
 #include "remat/core/tape.hpp"
 #include "remat/optim/grad.hpp"
+#include "remat/optim/state.hpp"
 
 namespace remat {
 namespace optim {
@@ -32,23 +33,27 @@ class AdamW {
                 o.eps, " (expected lr >= 0, 0 <= beta < 1, eps > 0)");
     m_.resize(params_.size());
     v_.resize(params_.size());
+    used_.resize(params_.size());
   }
   /// One update of every parameter with a gradient. The moments (2 x the parameter bytes,
-  /// under `optimizer_state`) are made at the first step, as in PyTorch.
+  /// under `optimizer_state`) are made at the first step, as in PyTorch, for every parameter
+  /// that wants a gradient at once (make_moments).
   void step() {
     // Moments first, updates after: an OutOfMemory leaves every parameter and the step count
     // as they were, so the step can be retried (e.g. after re-planning checkpointing).
     // Moments this call makes are dropped again if a later one fails: no half-made state
     // (the ledger is back where it was, and has_moments() says what a retry will find).
     std::vector<std::size_t> made;
+    const bool had_flat = flat_made_;
     try {
       for (std::size_t i = 0; i < params_.size(); ++i)
         if (params_[i].grad().defined() && !m_[i]) {
           made.push_back(i);
-          moments(i);
+          make_moments(i);  // the first: every parameter's (flat)
         }
     } catch (...) {
       for (std::size_t i : made) m_[i].reset(), v_[i].reset();
+      if (!had_flat && flat_made_) drop_flat();
       throw;
     }
     ++t_;
@@ -62,7 +67,8 @@ class AdamW {
       const auto& p = params_[i];
       auto g = p.grad();
       if (!g.defined()) continue;
-      const auto [m, v] = moments(i);
+      const auto [m, v] = make_moments(i);
+      used_[i] = 1;
       slices.push_back({p.template mutable_data<float>(), g.template data<float>(), m, v, p.numel(), false});
     }
     B::adamw_update_many(slices.data(), slices.size(), opt_.lr, opt_.beta1, opt_.beta2, opt_.eps,
@@ -73,9 +79,35 @@ class AdamW {
   std::int64_t steps() const { return t_; }
   /// Sets the step count (bias corrections), as when resuming from a saved state.
   void set_steps(std::int64_t t) { t_ = t; }
-  bool has_moments(std::size_t i) const { return m_.at(i) != nullptr; }
-  /// The first and second moments of parameter i, made (zeroed) when absent.
+  /// Whether parameter i has state: it was updated, or its moments were asked for (a snapshot
+  /// restoring them). Moments made with the others' but not yet used are zeros, what a fresh
+  /// optimizer has.
+  bool has_moments(std::size_t i) const { return used_.at(i) != 0; }
+  /// The first and second moments of parameter i, made (zeroed) when absent (make_moments);
+  /// from now on has_moments(i).
   std::pair<float*, float*> moments(std::size_t i) {
+    const auto mv = make_moments(i);
+    used_[i] = 1;
+    return mv;
+  }
+  const std::vector<Tensor<B>>& params() const { return params_; }
+
+ private:
+  /// The moments of parameter i, made when absent: the first call makes those of every
+  /// parameter that wants a gradient, in two flat buffers laid out as the parameters
+  /// (optim::flat_state; NOTE [flat buffers]); a parameter left out then (frozen at the time)
+  /// gets buffers of its own.
+  std::pair<float*, float*> make_moments(std::size_t i) {
+    if (!flat_made_) {
+      std::vector<bool> take(params_.size());
+      for (std::size_t k = 0; k < params_.size(); ++k)
+        take[k] = params_[k].requires_grad() || params_[k].grad().defined() || k == i;
+      auto m = flat_state(params_, take);
+      auto v = flat_state(params_, take);  // an OutOfMemory here drops m
+      for (std::size_t k = 0; k < params_.size(); ++k)
+        if (take[k]) m_[k] = std::move(m[k]), v_[k] = std::move(v[k]);
+      flat_made_ = true;
+    }
     if (!m_.at(i)) {
       const auto& p = params_[i];
       // Both or neither: m alone would leave v null for the next call.
@@ -88,12 +120,18 @@ class AdamW {
     }
     return {static_cast<float*>(m_[i]->data()), static_cast<float*>(v_[i]->data())};
   }
-  const std::vector<Tensor<B>>& params() const { return params_; }
+  /// Undoes the flat moments a failed step made.
+  void drop_flat() {
+    for (auto& m : m_) m.reset();
+    for (auto& v : v_) v.reset();
+    flat_made_ = false;
+  }
 
- private:
   std::vector<Tensor<B>> params_;
   AdamWOptions opt_;
-  std::vector<std::shared_ptr<Storage<B>>> m_, v_;
+  std::vector<std::shared_ptr<Storage<B>>> m_, v_;  // views of the flat buffers (or own ones)
+  std::vector<char> used_;  // has_moments
+  bool flat_made_ = false;
   std::int64_t t_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "remat/backend/update_list.hpp"
 #include "remat/core/tape.hpp"
 #include "remat/optim/grad.hpp"
+#include "remat/optim/state.hpp"
 
 namespace remat {
 namespace optim {
@@ -25,6 +26,7 @@ class SGD {
     REMAT_CHECK(o.lr >= 0.0f && o.momentum >= 0.0f, "remat::optim::SGD: lr ", o.lr,
                 " and momentum ", o.momentum, " must be >= 0");
     bufs_.resize(params_.size());
+    used_.resize(params_.size());
   }
   /// One update of every parameter that has a gradient; momentum buffers are made on first use
   /// (under `optimizer_state`).
@@ -32,14 +34,15 @@ class SGD {
     // Buffers first, updates after: an OutOfMemory leaves every parameter as it was.
     // Buffers this call makes are dropped again if a later one fails: no half-made state.
     std::vector<bool> first(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) first[i] = !bufs_[i];
+    const bool had_flat = flat_made_;
     try {
-      for (std::size_t i = 0; i < params_.size(); ++i) {
-        first[i] = !bufs_[i];
-        if (opt_.momentum != 0.0f && params_[i].grad().defined()) momentum_buffer(i);
-      }
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        if (opt_.momentum != 0.0f && params_[i].grad().defined()) make_buffer(i);
     } catch (...) {
       for (std::size_t i = 0; i < params_.size(); ++i)
         if (first[i]) bufs_[i].reset();
+      if (!had_flat) flat_made_ = false;
       throw;
     }
     std::vector<UpdateSlice> slices;  // all in one call (NOTE [multi-tensor updates])
@@ -48,7 +51,8 @@ class SGD {
       const auto& p = params_[i];
       auto g = p.grad();
       if (!g.defined()) continue;
-      float* buf = opt_.momentum != 0.0f ? momentum_buffer(i) : nullptr;
+      float* buf = opt_.momentum != 0.0f ? make_buffer(i) : nullptr;
+      if (buf) used_[i] = 1;
       slices.push_back({p.template mutable_data<float>(), g.template data<float>(), buf, nullptr,
                         p.numel(), static_cast<bool>(first[i])});
     }
@@ -58,10 +62,33 @@ class SGD {
   void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
   SGDOptions& options() { return opt_; }
   const std::vector<Tensor<B>>& params() const { return params_; }
-  bool has_momentum_buffer(std::size_t i) const { return bufs_.at(i) != nullptr; }
-  /// The momentum buffer of parameter i, made when absent (a made buffer counts as started:
-  /// the next step uses momentum, as after loading a saved state).
+  /// Whether parameter i has momentum: it was updated with momentum, or its buffer was asked
+  /// for (a snapshot restoring it).
+  bool has_momentum_buffer(std::size_t i) const { return used_.at(i) != 0; }
+  /// The momentum buffer of parameter i, made when absent (make_buffer); from now on
+  /// has_momentum_buffer(i), and the next step uses momentum, as after loading a saved state.
   float* momentum_buffer(std::size_t i) {
+    float* b = make_buffer(i);
+    used_[i] = 1;
+    return b;
+  }
+
+ private:
+  /// The momentum buffer of parameter i, made when absent: the first call makes those of
+  /// every parameter that wants a gradient, in one flat buffer laid out as the parameters
+  /// (optim::flat_state; NOTE [flat buffers]); a parameter left out then gets one of its own.
+  /// A buffer made but not yet used holds zeros, so its first use (mu * 0 + g) gives g, as a
+  /// buffer made at that step would.
+  float* make_buffer(std::size_t i) {
+    if (!flat_made_) {
+      std::vector<bool> take(params_.size());
+      for (std::size_t k = 0; k < params_.size(); ++k)
+        take[k] = params_[k].requires_grad() || params_[k].grad().defined() || k == i;
+      auto b = flat_state(params_, take);
+      for (std::size_t k = 0; k < params_.size(); ++k)
+        if (take[k]) bufs_[k] = std::move(b[k]);
+      flat_made_ = true;
+    }
     if (!bufs_.at(i)) {
       bufs_[i] = std::make_shared<Storage<B>>(params_[i].bytes(), Category::optimizer_state);
       B::fill(static_cast<float*>(bufs_[i]->data()), params_[i].numel(), 0.0f);
@@ -69,10 +96,11 @@ class SGD {
     return static_cast<float*>(bufs_[i]->data());
   }
 
- private:
   std::vector<Tensor<B>> params_;
   SGDOptions opt_;
-  std::vector<std::shared_ptr<Storage<B>>> bufs_;
+  std::vector<std::shared_ptr<Storage<B>>> bufs_;  // views of the flat buffer (or own ones)
+  std::vector<char> used_;  // has_momentum_buffer
+  bool flat_made_ = false;
 };
 
 }  // namespace optim

@@ -27,6 +27,11 @@
 //   GPT-2 124M at T512 B1, T1024 B1 and B4: 4.7-11.1%). Without the return on a miss, 124M
 //   reached 12.6-23% and still grew at the sixth step. Closer needs pages mapped and unmapped
 //   under one address range (cuMemMap), as the CPU arena does with madvise; not done.
+// - Most of what was left were holes between long-lived mid-sized buffers (parameters and
+//   optimizer moments of 2-10 MB in 20 MiB segments). With the parameters and each moment in
+//   one flat buffer (NOTE [flat buffers], core/flat.hpp), GPT-2 124M's predicted reserved bytes
+//   are 0.10-0.19% above the ledger's peak at B8 T1024 (none, block, selective; were 2.6-3.9%)
+//   and 1.8-3.9% at B1 T4096 (were 6.4-11.8%): benchmarks/results/2026-12-03-predicted-h200.md.
 // - Unlike an exact-size cache, changing shapes (a new sequence length, a re-plan) reuse and
 //   split what is reserved, so the reserved bytes stay bounded by the peak of live bytes plus
 //   fragmentation instead of growing with every new size.

@@ -94,6 +94,66 @@ __global__ void sgd_list_kernel(UpdateList a, float lr, float mu, float wd, bool
   for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
     sgd_element(s.p[i], s.g[i], s.m ? s.m + i : nullptr, lr, mu, wd, nesterov, s.first);
 }
+// NOTE [multi-tensor updates], flat state: when an optimizer's state lies at one distance from
+// every parameter (optim::flat_state over flattened parameters: NOTE [flat buffers] in
+// core/flat.hpp), a tensor needs only its gradient, its parameter and its length in the table:
+// 24 bytes, so kFlatTensors tensors fit one launch's parameters (GPT-2 124M's 148 all do), and
+// the state is found as parameter + dm (+ dv) bytes. Block b finds its tensor by binary search
+// of first_block; the element updates are adamw_element / sgd_element again.
+constexpr int kFlatTensors = 160;
+struct FlatEntry {
+  const float* g;
+  float* p;
+  std::int32_t n;            // elements (a tensor of 2^31 or more goes the list way)
+  std::int32_t first_block;  // running sum of the earlier entries' ceil(n / kListChunk)
+};
+struct FlatUpdateList {
+  FlatEntry t[kFlatTensors];
+  std::int32_t count, blocks;
+};
+static_assert(sizeof(FlatUpdateList) <= 4000, "a kernel's parameters: at most 4 KB");
+__device__ inline void flat_chunk(const FlatUpdateList& a, int* k, std::int64_t* begin,
+                                  std::int64_t* end) {
+  const std::int32_t b = static_cast<std::int32_t>(blockIdx.x);
+  int lo = 0, hi = a.count - 1;  // the last entry whose first_block <= b
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a.t[mid].first_block <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  *k = lo;
+  *begin = static_cast<std::int64_t>(b - a.t[lo].first_block) * kListChunk;
+  *end = *begin + kListChunk < a.t[lo].n ? *begin + kListChunk : a.t[lo].n;
+}
+template <class T>
+__device__ inline T* at_distance(T* p, std::int64_t bytes) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(p) + bytes);
+}
+template <int = 0>
+__global__ void adamw_flat_kernel(FlatUpdateList a, std::int64_t dm, std::int64_t dv, float lr,
+                                  float b1, float b2, float eps, float wd, float step, float sbc2) {
+  int k;
+  std::int64_t begin, end;
+  flat_chunk(a, &k, &begin, &end);
+  float* p = a.t[k].p;
+  const float* g = a.t[k].g;
+  float* m = at_distance(p, dm);
+  float* v = at_distance(p, dv);
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    adamw_element(p[i], g[i], m[i], v[i], lr, b1, b2, eps, wd, step, sbc2);
+}
+template <int = 0>
+__global__ void sgd_flat_kernel(FlatUpdateList a, std::int64_t dm, bool momentum, float lr,
+                                float mu, float wd, bool nesterov, bool first) {
+  int k;
+  std::int64_t begin, end;
+  flat_chunk(a, &k, &begin, &end);
+  float* p = a.t[k].p;
+  const float* g = a.t[k].g;
+  float* buf = momentum ? at_distance(p, dm) : nullptr;
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    sgd_element(p[i], g[i], buf ? buf + i : nullptr, lr, mu, wd, nesterov, first);
+}
 // partial[b] = sum of x^2 over block b's grid-stride elements
 // Block `j` of `blocks` (256 threads) sums x^2 over its grid-stride share of x in double:
 // *out. One order per (j, blocks), whichever kernel runs it.
@@ -193,10 +253,19 @@ struct CudaOptim {
     REMAT_CUDA_LAUNCH(sgd_kernel<>, grid_for(n), 256, 0, Context::get().stream(),
                       p, g, buf, n, lr, mu, wd, nesterov, first);
   }
-  /// adamw_update of every slice, kListTensors per launch (NOTE [multi-tensor updates])
+  /// adamw_update of every slice: kFlatTensors per launch when the moments lie at one distance
+  /// from the parameters (flat state), else kListTensors (NOTE [multi-tensor updates])
   static void adamw_update_many(const UpdateSlice* s, std::size_t count, float lr, float b1,
                                 float b2, float eps, float wd, float bc1, float bc2) {
     const float step = lr / bc1, sbc2 = std::sqrt(bc2);
+    std::int64_t dm = 0, dv = 0;
+    if (flat_distances(s, count, true, &dm, &dv)) {
+      for_flat(s, count, [&](const FlatUpdateList& a) {
+        REMAT_CUDA_LAUNCH(adamw_flat_kernel<>, static_cast<unsigned>(a.blocks), 256, 0,
+                          Context::get().stream(), a, dm, dv, lr, b1, b2, eps, wd, step, sbc2);
+      });
+      return;
+    }
     for_lists(s, count, [&](const UpdateList& a, unsigned blocks) {
       REMAT_CUDA_LAUNCH(adamw_list_kernel<>, blocks, 256, 0, Context::get().stream(), a, lr, b1, b2,
                         eps, wd, step, sbc2);
@@ -205,10 +274,68 @@ struct CudaOptim {
   /// sgd_update of every slice, kListTensors per launch
   static void sgd_update_many(const UpdateSlice* s, std::size_t count, float lr, float mu, float wd,
                               bool nesterov) {
+    std::int64_t dm = 0, dv = 0;
+    if (flat_distances(s, count, false, &dm, &dv)) {
+      const bool momentum = first_slice(s, count)->m != nullptr;
+      const bool first = first_slice(s, count)->first;
+      for_flat(s, count, [&](const FlatUpdateList& a) {
+        REMAT_CUDA_LAUNCH(sgd_flat_kernel<>, static_cast<unsigned>(a.blocks), 256, 0,
+                          Context::get().stream(), a, dm, momentum, lr, mu, wd, nesterov, first);
+      });
+      return;
+    }
     for_lists(s, count, [&](const UpdateList& a, unsigned blocks) {
       REMAT_CUDA_LAUNCH(sgd_list_kernel<>, blocks, 256, 0, Context::get().stream(), a, lr, mu, wd,
                         nesterov);
     });
+  }
+  /// The first non-empty slice (null: none).
+  static const UpdateSlice* first_slice(const UpdateSlice* s, std::size_t count) {
+    for (std::size_t k = 0; k < count; ++k)
+      if (s[k].n > 0) return s + k;
+    return nullptr;
+  }
+  /// Whether the flat kernels serve these slices: some are non-empty, none has 2^31 elements or
+  /// more, and every one's m (and v, with_v) lies at the same distance in bytes from its p: *dm,
+  /// *dv (SGD: all with momentum or none, all first or none).
+  static bool flat_distances(const UpdateSlice* s, std::size_t count, bool with_v,
+                             std::int64_t* dm, std::int64_t* dv) {
+    const UpdateSlice* f = first_slice(s, count);
+    if (!f) return false;
+    auto distance = [](const float* x, const float* p) {
+      return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(x) -
+                                       reinterpret_cast<std::uintptr_t>(p));
+    };
+    *dm = f->m ? distance(f->m, f->p) : 0;
+    *dv = with_v ? distance(f->v, f->p) : 0;
+    for (std::size_t k = 0; k < count; ++k) {
+      const UpdateSlice& x = s[k];
+      if (x.n == 0) continue;
+      if (x.n >= (std::int64_t{1} << 31) || (x.m == nullptr) != (f->m == nullptr) || x.first != f->first)
+        return false;
+      if (x.m && distance(x.m, x.p) != *dm) return false;
+      if (with_v && distance(x.v, x.p) != *dv) return false;
+    }
+    return true;
+  }
+  /// Groups the non-empty slices into FlatUpdateLists of up to kFlatTensors and calls
+  /// launch(list) for each.
+  template <class Launch>
+  static void for_flat(const UpdateSlice* s, std::size_t count, Launch launch) {
+    FlatUpdateList a{};
+    auto flush = [&] {
+      if (a.count == 0) return;
+      launch(a);
+      a = FlatUpdateList{};
+    };
+    for (std::size_t k = 0; k < count; ++k) {
+      if (s[k].n == 0) continue;
+      const auto chunks = static_cast<std::int32_t>((s[k].n + kListChunk - 1) / kListChunk);
+      a.t[a.count] = {s[k].g, s[k].p, static_cast<std::int32_t>(s[k].n), a.blocks};
+      a.blocks += chunks;
+      if (++a.count == kFlatTensors) flush();
+    }
+    flush();
   }
   /// Groups the non-empty slices into UpdateLists of up to kListTensors and calls
   /// launch(list, blocks) for each.
