@@ -99,9 +99,7 @@ class AdamW {
   /// gets buffers of its own.
   std::pair<float*, float*> make_moments(std::size_t i) {
     if (!flat_made_) {
-      std::vector<bool> take(params_.size());
-      for (std::size_t k = 0; k < params_.size(); ++k)
-        take[k] = params_[k].requires_grad() || params_[k].grad().defined() || k == i;
+      const std::vector<bool> take = wanting_state(params_, i);
       auto m = flat_state(params_, take);
       auto v = flat_state(params_, take);  // an OutOfMemory here drops m
       for (std::size_t k = 0; k < params_.size(); ++k)

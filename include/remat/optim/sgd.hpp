@@ -81,9 +81,7 @@ class SGD {
   /// buffer made at that step would.
   float* make_buffer(std::size_t i) {
     if (!flat_made_) {
-      std::vector<bool> take(params_.size());
-      for (std::size_t k = 0; k < params_.size(); ++k)
-        take[k] = params_[k].requires_grad() || params_[k].grad().defined() || k == i;
+      const std::vector<bool> take = wanting_state(params_, i);
       auto b = flat_state(params_, take);
       for (std::size_t k = 0; k < params_.size(); ++k)
         if (take[k]) bufs_[k] = std::move(b[k]);

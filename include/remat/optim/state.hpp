@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <unordered_set>
 #include <vector>
 
 #include "remat/core/flat.hpp"
@@ -23,6 +22,16 @@ namespace optim {
 /// its parameter's offset, so state = parameter + one distance for all of them (one launch
 /// updates them: NOTE [multi-tensor updates], backend/cuda/optim.cuh); otherwise they are laid
 /// one after another (flat_layout). A parameter given twice shares its view.
+/// Which parameters get state when an optimizer makes it (its first step, or a snapshot
+/// restoring parameter i): those that want a gradient or have one, and i.
+template <class B>
+std::vector<bool> wanting_state(const std::vector<Tensor<B>>& params, std::size_t i) {
+  std::vector<bool> take(params.size());
+  for (std::size_t k = 0; k < params.size(); ++k)
+    take[k] = params[k].requires_grad() || params[k].grad().defined() || k == i;
+  return take;
+}
+
 template <class B>
 std::vector<std::shared_ptr<Storage<B>>> flat_state(const std::vector<Tensor<B>>& params,
                                                     const std::vector<bool>& take) {
@@ -31,18 +40,12 @@ std::vector<std::shared_ptr<Storage<B>>> flat_state(const std::vector<Tensor<B>>
     if (take[i]) taken.push_back(params[i]);
   std::vector<std::shared_ptr<Storage<B>>> views(params.size());
   if (taken.empty()) return views;
-  // The parameters' own layout, when they fill one buffer: their views' offsets.
-  const auto& parent = taken.front().storage()->parent();
-  bool mirror = parent != nullptr;
-  std::int64_t filled = 0;
-  std::unordered_set<const TensorImpl<B>*> seen;
-  for (const auto& t : taken) {
-    if (!mirror) break;
-    mirror = t.storage()->parent() == parent;
-    if (seen.insert(t.impl()).second) filled += flat_round(t.numel());
-  }
-  mirror = mirror && static_cast<std::size_t>(filled) * 4 == parent->bytes();
+  // The parameters' own layout, when they fill one buffer (its size is what flat_layout
+  // gives them: each once, rounded): their views' offsets.
   const FlatLayout own = flat_layout(taken);
+  const auto& parent = taken.front().storage()->parent();
+  bool mirror = parent != nullptr && parent->bytes() == static_cast<std::size_t>(own.total) * 4;
+  for (const auto& t : taken) mirror = mirror && t.storage()->parent() == parent;
   const std::size_t total = mirror ? parent->bytes() : static_cast<std::size_t>(own.total) * 4;
   auto buffer = std::make_shared<Storage<B>>(total, Category::optimizer_state);
   B::fill(static_cast<float*>(buffer->data()), static_cast<std::int64_t>(total / 4), 0.0f);

@@ -271,13 +271,13 @@ struct CudaOptim {
                         eps, wd, step, sbc2);
     });
   }
-  /// sgd_update of every slice, kListTensors per launch
+  /// sgd_update of every slice: kFlatTensors per launch when the momentum buffers lie at one
+  /// distance from the parameters (or there are none), else kListTensors
   static void sgd_update_many(const UpdateSlice* s, std::size_t count, float lr, float mu, float wd,
                               bool nesterov) {
     std::int64_t dm = 0, dv = 0;
-    if (flat_distances(s, count, false, &dm, &dv)) {
-      const bool momentum = first_slice(s, count)->m != nullptr;
-      const bool first = first_slice(s, count)->first;
+    if (const UpdateSlice* f = flat_distances(s, count, false, &dm, &dv)) {
+      const bool momentum = f->m != nullptr, first = f->first;
       for_flat(s, count, [&](const FlatUpdateList& a) {
         REMAT_CUDA_LAUNCH(sgd_flat_kernel<>, static_cast<unsigned>(a.blocks), 256, 0,
                           Context::get().stream(), a, dm, momentum, lr, mu, wd, nesterov, first);
@@ -289,19 +289,15 @@ struct CudaOptim {
                         nesterov);
     });
   }
-  /// The first non-empty slice (null: none).
-  static const UpdateSlice* first_slice(const UpdateSlice* s, std::size_t count) {
-    for (std::size_t k = 0; k < count; ++k)
-      if (s[k].n > 0) return s + k;
-    return nullptr;
-  }
   /// Whether the flat kernels serve these slices: some are non-empty, none has 2^31 elements or
   /// more, and every one's m (and v, with_v) lies at the same distance in bytes from its p: *dm,
-  /// *dv (SGD: all with momentum or none, all first or none).
-  static bool flat_distances(const UpdateSlice* s, std::size_t count, bool with_v,
-                             std::int64_t* dm, std::int64_t* dv) {
-    const UpdateSlice* f = first_slice(s, count);
-    if (!f) return false;
+  /// *dv (SGD: all with momentum or none, all first or none). Returns the first non-empty
+  /// slice when they do (the others are as it is), else null.
+  static const UpdateSlice* flat_distances(const UpdateSlice* s, std::size_t count, bool with_v,
+                                           std::int64_t* dm, std::int64_t* dv) {
+    const UpdateSlice* f = s;
+    while (f < s + count && f->n == 0) ++f;
+    if (f == s + count) return nullptr;
     auto distance = [](const float* x, const float* p) {
       return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(x) -
                                        reinterpret_cast<std::uintptr_t>(p));
@@ -312,11 +308,11 @@ struct CudaOptim {
       const UpdateSlice& x = s[k];
       if (x.n == 0) continue;
       if (x.n >= (std::int64_t{1} << 31) || (x.m == nullptr) != (f->m == nullptr) || x.first != f->first)
-        return false;
-      if (x.m && distance(x.m, x.p) != *dm) return false;
-      if (with_v && distance(x.v, x.p) != *dv) return false;
+        return nullptr;
+      if (x.m && distance(x.m, x.p) != *dm) return nullptr;
+      if (with_v && distance(x.v, x.p) != *dv) return nullptr;
     }
-    return true;
+    return f;
   }
   /// Groups the non-empty slices into FlatUpdateLists of up to kFlatTensors and calls
   /// launch(list) for each.
