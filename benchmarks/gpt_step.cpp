@@ -14,6 +14,7 @@ template <> void set_threads<Cpu>(int threads) { set_num_threads(threads); }
 template <> DeviceWork device_work<Cpu>() { return {}; }  // no device
 template <> void profile_begin<Cpu>() {}
 template <> std::vector<KernelTime> profile_end<Cpu>() { return {}; }
+template <> std::unique_ptr<StepGraph> make_step_graph<Cpu>() { return nullptr; }  // no graphs
 template <> std::string backend_json<Cpu>() {
   // The arena (NOTE [CPU arena allocator]): cached and touched bytes now, the process-wide peak
   // of touched bytes, and the bytes its cap gave back and faulted in again; the step plan's

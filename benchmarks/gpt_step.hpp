@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,48 @@ struct KernelTime {
 };
 template <class B> void profile_begin();
 template <class B> std::vector<KernelTime> profile_end();
+/// A graph of the step's forward and backward (CUDA: backend/cuda/graph.cuh); null where the
+/// backend has none (the CPU).
+struct StepGraph {
+  virtual ~StepGraph() = default;
+  virtual void capture(const std::function<void()>& fn) = 0;
+  virtual void replay() = 0;
+};
+template <class B> std::unique_ptr<StepGraph> make_step_graph();
+
+/// One strategy's captured forward and backward (NOTE [CUDA graphs]): the graph, its loss and
+/// the parameters' gradient buffers it writes. Several strategies take turns on one model, so
+/// each keeps its own gradients and lends them to the parameters for the optimizer's update.
+template <class B>
+struct GraphedStep {
+  std::shared_ptr<StepGraph> graph;
+  Tensor<B> loss;
+  std::vector<std::shared_ptr<Storage<B>>> grads;
+
+  /// Captures model.loss and backward (the gradients must be dropped before).
+  void capture(const nn::GPT<B>& model, const std::vector<Tensor<B>>& params, const Tensor<B>& idx,
+               const Tensor<B>& tgt) {
+    graph = make_step_graph<B>();
+    graph->capture([&] {
+      loss = model.loss(idx, tgt);
+      loss.tape().backward(loss);
+    });
+    grads.clear();
+    for (const auto& p : params) {
+      grads.push_back(p.impl()->grad);
+      p.clear_grad();
+    }
+  }
+  /// A replay and the optimizer's update on its gradients (then dropped from the parameters
+  /// again: the graph keeps them).
+  template <class Optimizer>
+  void step(const std::vector<Tensor<B>>& params, Optimizer& opt) {
+    graph->replay();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].impl()->grad = grads[i];
+    opt.step();
+    for (const auto& p : params) p.clear_grad();
+  }
+};
 
 /// The kind of work a kernel or cuBLAS call does, from its name (backend/work.hpp's kinds).
 inline WorkKind kind_of_kernel(const std::string& k) {
@@ -61,7 +105,7 @@ int gpt_step_main(int argc, char** argv) {
   float lr = 1e-3f;
   std::string optimizer = "adamw", checkpoint = "none";
   bool print_segments = false, no_profile = false, plan_only = false, launch_table = false;
-  bool grad_hash = false, profile = false;
+  bool grad_hash = false, profile = false, no_graph = false;
   app.add_option("--layers", layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d", d, "model width (n_embd)")->check(CLI::PositiveNumber);
   app.add_option("--heads", heads, "attention heads")->check(CLI::PositiveNumber);
@@ -93,6 +137,10 @@ int gpt_step_main(int argc, char** argv) {
                "table per strategy to stderr (time per step by kernel, and by kind against the "
                "estimator's FLOPs and bytes: achieved TFLOP/s, GB/s, share of the H200's roofs) "
                "and the top kernels in the JSON (profiled steps are slower: time them apart)");
+  app.add_flag("--no-graph", no_graph,
+               "send every launch of the step from the host (on CUDA the forward and backward are "
+               "otherwise captured once per strategy and replayed as one CUDA graph; the CPU has "
+               "no graphs; --profile turns them off)");
   app.add_flag("--plan-only", plan_only, "print the predicted peaks (and the smallest feasible "
                "budget) as JSON lines, without stepping");
   CLI11_PARSE(app, argc, argv);
@@ -119,9 +167,10 @@ int gpt_step_main(int argc, char** argv) {
       y[i] = static_cast<std::int32_t>(rng::random4(7, 1, i).v[0] % static_cast<unsigned>(vocab));
     }
     const auto idx = tape.tokens({batch, seq}, x), tgt = tape.tokens({batch, seq}, y);
+    const bool use_graph = !no_graph && !profile && make_step_graph<B>() != nullptr;
 
     // Several strategies (--checkpoint none,block) take turns step by step on the same model,
-    // so a drift of the machine's speed hits them alike.
+    // so a drift of the machine's speed hits them alike (eager steps; graphs: see below).
     struct Result {
       std::string name;
       nn::CheckpointStrategy strategy;
@@ -141,6 +190,10 @@ int gpt_step_main(int argc, char** argv) {
       std::string grad_hash;  // --grad-hash: FNV-1a of the loss's and the gradients' bits
       Work work;              // the estimator's count of the step's FLOPs and bytes by kind
       std::map<std::string, KernelTime> profile;  // --profile: summed over its measured steps
+      GraphedStep<B> graphed;  // the graph of its forward and backward (use_graph)
+      MemoryStats graph_mem;   // ... the ledger at its capture
+      std::int64_t graph_peak_step = 0;
+      std::vector<SegmentStats> graph_segments;
     };
     std::vector<Result> results;
     StepOptions so;
@@ -213,6 +266,20 @@ int gpt_step_main(int argc, char** argv) {
       optim::AdamW<B> a2(m2.parameters(), {lr});
       optim::SGD<B> s2(m2.parameters(), {lr, 0.9f});
       const std::vector<std::int32_t> ids(16, 1);
+      if (use_graph) {  // a replay and the update, the second one counted
+        const auto x2 = t2.tokens({1, 16}, ids), y2 = t2.tokens({1, 16}, ids);
+        GraphedStep<B> g;
+        g.capture(m2, m2.parameters(), x2, y2);
+        for (int s = 0; s < 2; ++s) {
+          const DeviceWork w0 = device_work<B>();
+          if (optimizer == "adamw")
+            g.step(m2.parameters(), a2);
+          else
+            g.step(m2.parameters(), s2);
+          r.launches = device_work<B>().launches - w0.launches;
+        }
+        return;
+      }
       for (int s = 0; s < 2; ++s) {
         const DeviceWork w0 = device_work<B>();
         const auto x2 = t2.tokens({1, 16}, ids), y2 = t2.tokens({1, 16}, ids);
@@ -235,10 +302,11 @@ int gpt_step_main(int argc, char** argv) {
       for (Result& r : results) {
         if (std::string(B::name) == "cuda" && r.work.total_flops() > 0) count_launches(r);
         std::printf("{\"impl\":\"remat\",\"checkpoint\":\"%s\",\"predicted_peak_bytes\":%lld,"
-                    "\"predicted_reserved_bytes\":%lld,\"estimate_s\":%.6f,\"plan_segments\":%d%s%s}\n",
+                    "\"predicted_reserved_bytes\":%lld,\"estimate_s\":%.6f,\"plan_segments\":%d,"
+                    "\"graph\":%s%s%s}\n",
                     r.name.c_str(), static_cast<long long>(r.predicted_peak),
                     static_cast<long long>(r.predicted_reserved), r.estimate_s, r.plan_segments,
-                    r.launches < 0 ? "" : (",\"launches_per_step\":" + std::to_string(r.launches)).c_str(),
+                    use_graph ? "true" : "false", r.launches < 0 ? "" : (",\"launches_per_step\":" + std::to_string(r.launches)).c_str(),
                     prediction_json(r).c_str());
       }
       return 0;
@@ -271,26 +339,49 @@ int gpt_step_main(int argc, char** argv) {
     // The measured steps' span on the monotonic clock (benchmarks/profile_step.py keeps only
     // the perf samples inside it).
     double measured_from = 0.0, measured_until = 0.0;
-    for (int s = 0; s < (warmup + steps) * n; ++s) {
-      Result& r = results[static_cast<std::size_t>(s % n)];
-      const bool measured = s >= warmup * n;
+    // Under graphs the strategies run one after the other instead, and each one's graph (its
+    // pool and gradients) goes after its last step, so the reserved bytes are one graph's.
+    const int per = warmup + steps;
+    for (int s = 0; s < per * n; ++s) {
+      Result& r = results[static_cast<std::size_t>(use_graph ? s / per : s % n)];
+      const bool measured = use_graph ? s % per >= warmup : s >= warmup * n;
       StepScope<B> step_scope;  // as gpt_train_step: the CPU arena plans the step's buffers
       model.config.checkpoint = r.strategy;
       tape.segment_stats().clear();
       reset_peak_memory<B>();
-      const std::int64_t live0 = memory_stats<B>().live_total;
+      std::int64_t live0 = memory_stats<B>().live_total;
+      // under graphs the warm-up steps are eager (the pool settles); the first measured step
+      // captures (the ledger sees it) and every measured step replays
+      const bool graphed = use_graph && measured;
+      if (graphed && !r.graphed.graph) {
+        r.graphed.capture(model, params, idx, tgt);
+        r.graph_mem = memory_stats<B>();
+        r.graph_peak_step = r.graph_mem.peak_total - live0;
+        r.graph_segments = tape.segment_stats();
+        reset_peak_memory<B>();
+        live0 = memory_stats<B>().live_total;
+      }
       const DeviceWork work0 = device_work<B>();
       if (profile && measured) profile_begin<B>();
       const double t0 = remat_bench::now_s();
-      if (s == warmup * n) measured_from = t0;
-      auto loss = model.loss(idx, tgt);
-      tape.backward(loss);
-      if (optimizer == "adamw") {
-        adamw.step();
-        adamw.zero_grad();
+      if (measured && measured_from == 0.0) measured_from = t0;
+      Tensor<B> loss;
+      if (graphed) {
+        if (optimizer == "adamw")
+          r.graphed.step(params, adamw);
+        else
+          r.graphed.step(params, sgd);
+        loss = r.graphed.loss;
       } else {
-        sgd.step();
-        sgd.zero_grad();
+        loss = model.loss(idx, tgt);
+        tape.backward(loss);
+        if (optimizer == "adamw") {
+          adamw.step();
+          adamw.zero_grad();
+        } else {
+          sgd.step();
+          sgd.zero_grad();
+        }
       }
       const DeviceWork work1 = device_work<B>();  // before the benchmark's own wait and read
       B::synchronize();  // a GPU step ends when its kernels do
@@ -309,12 +400,15 @@ int gpt_step_main(int argc, char** argv) {
       r.loss_last = l;
       if (measured) {
         r.times.push_back(dt);
-        const auto st = memory_stats<B>();
+        // under a graph the host's ledger saw the step at the capture (the replays change
+        // nothing there): its peaks are the capture's
+        const auto st = graphed ? r.graph_mem : memory_stats<B>();
+        const std::int64_t step_peak = graphed ? r.graph_peak_step : st.peak_total - live0;
         if (st.peak_total > r.peak) r.mem = st;
         r.peak = std::max(r.peak, st.peak_total);
-        r.peak_step = std::max(r.peak_step, st.peak_total - live0);
+        r.peak_step = std::max(r.peak_step, step_peak);
         r.peak_saved = std::max(r.peak_saved, st.peak_of(Category::activations));
-        r.segments = tape.segment_stats();
+        r.segments = graphed ? r.graph_segments : tape.segment_stats();
         r.launches = work1.launches - work0.launches;
         r.gemms = work1.gemms - work0.gemms;
         r.host_waits = work1.host_waits - work0.host_waits;
@@ -324,6 +418,10 @@ int gpt_step_main(int argc, char** argv) {
           const std::int64_t d = c - (before == work0.by_kernel.end() ? 0 : before->second);
           if (d > 0) r.by_kernel[k] = d;
         }
+      }
+      if (use_graph && s % per == per - 1) {
+        r.graphed = GraphedStep<B>{};  // its last step: the graph and its buffers go
+        B::synchronize();
       }
     }
     // --profile: the kernels by time per step, and by kind against the estimator's work
@@ -378,7 +476,7 @@ int gpt_step_main(int argc, char** argv) {
       std::printf(
           "{\"impl\":\"remat\",\"backend\":\"%s\",\"threads\":%d,\"layers\":%d,\"d\":%d,"
           "\"heads\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"vocab_padded\":%lld,"
-          "\"checkpoint\":\"%s\","
+          "\"checkpoint\":\"%s\",\"graph\":%s,"
           "\"optimizer\":\"%s\",\"steps\":%d,\"params\":%lld,\"step_s\":%.6f,\"step_s_min\":%.6f,"
           "\"step_s_max\":%.6f,\"tokens_per_s\":%.1f,\"loss_first\":%.6f,\"loss_last\":%.6f,"
           "\"peak_bytes\":%lld,\"predicted_peak_bytes\":%lld,\"predicted_reserved_bytes\":%lld,"
@@ -388,7 +486,7 @@ int gpt_step_main(int argc, char** argv) {
           "\"measured_from_s\":%.6f,\"measured_until_s\":%.6f,\"libs\":%s,\"memory\":%s,"
           "\"segments\":%s%s%s%s}\n",
           B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab,
-          static_cast<long long>(c.padded_vocab()), r.name.c_str(),
+          static_cast<long long>(c.padded_vocab()), r.name.c_str(), use_graph ? "true" : "false",
           optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
           static_cast<long long>(r.peak), static_cast<long long>(r.predicted_peak),

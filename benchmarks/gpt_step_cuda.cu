@@ -6,8 +6,11 @@
 //   build/benchmarks/gpt_step_cuda --layers 12 --d 768 --heads 12 --seq 1024 --batch 8
 //                                  --vocab 50257 --checkpoint none,block,selective
 //
-// Each line also gives launches_per_step (kernels, cuBLAS calls and device copies of one
-// measured step: forward, backward, optimizer), gemms_per_step and host_waits_per_step. Built
+// The forward and backward of each strategy are captured once as a CUDA graph and replayed
+// (graph.cuh; --no-graph sends every launch from the host, as --profile does); the optimizer's
+// update runs after each replay. Each line also gives launches_per_step (what the host sends
+// in one measured step: kernels, cuBLAS calls and device copies, a graph's replay counted as
+// one), gemms_per_step and host_waits_per_step. Built
 // against the CUDA emulation it is gpt_step_emulated: the same program on the CPU, which times
 // nothing of a GPU but counts the same launches (--launch-table lists them per kernel).
 // --profile times every kernel and cuBLAS call with CUDA events (profile.cuh) and prints the
@@ -45,6 +48,15 @@ template <> std::vector<KernelTime> profile_end<Cuda>() {
   for (const cuda::ProfileEntry& e : cuda::Profiler::get().collect()) out.push_back({e.name, e.calls, e.seconds});
   return out;
 }
+
+namespace {
+struct CudaStepGraph final : StepGraph {
+  cuda::Graph g;
+  void capture(const std::function<void()>& fn) override { g.capture(fn); }
+  void replay() override { g.replay(); }
+};
+}  // namespace
+template <> std::unique_ptr<StepGraph> make_step_graph<Cuda>() { return std::make_unique<CudaStepGraph>(); }
 
 int main(int argc, char** argv) {
   if (!cuda::device_available()) {

@@ -19,8 +19,9 @@
 // - clipping computes the gradient norm and its factor and scales on the device
 //   (clip_norm_many, NOTE [clipping on the device]); optim::clip_grad_norm_ returns the norm
 //   as a tensor, read only when printed (optim::clip_grad_norm reads it: one copy).
-// A step with clipping copies to the host once (the loss) and also waits for its three
-// uploads (ids, targets, positions: copy_from_host waits, the host buffer may go away).
+// A step with clipping copies to the host once (the loss) and also waits for its two
+// uploads (ids and targets: copy_from_host waits, the host buffer may go away); the positions
+// are made on the device (Tape::positions).
 // The emulation counts them (tests/cuda, "host round trips").
 
 #include <string>
@@ -28,6 +29,7 @@
 #include "remat/backend/cuda/context.cuh"
 #include "remat/backend/cuda/error.cuh"
 #include "remat/backend/cuda/gemm.cuh"
+#include "remat/backend/cuda/graph.cuh"
 #include "remat/backend/cuda/linear.cuh"
 #include "remat/backend/backend.hpp"
 #include "remat/backend/cuda/memory.cuh"

@@ -438,6 +438,65 @@ TEST_CASE("the emulation: cuBLAS is column-major with cuBLAS's leading dimension
     }
 }
 
+TEST_CASE("the emulation: a captured stream records work with its arguments, and a graph runs it", "[cuda][emulation]") {
+  DeviceFloats x(64, 1.0f), y(64, 0.0f), one(1, 1.0f);
+  const float alpha = 2.0f, beta = 0.0f;
+  float scale = alpha;  // a host scalar changed after the capture: the graph keeps its copy
+  cudaStream_t s = stream();
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  cudaStreamCaptureStatus st{};
+  REQUIRE(cudaStreamIsCapturing(s, &st) == cudaSuccess);
+  CHECK(st == cudaStreamCaptureStatusActive);
+  REMAT_CUDA_LAUNCH(copy_kernel<>, 1, 64, 0, s, y.p, x.p, 64);             // y = x
+  REQUIRE(cublasSgemm(cuda::Context::get().cublas(), CUBLAS_OP_N, CUBLAS_OP_N, 64, 1, 1, &scale,
+                      y.p, 64, one.p, 1, &beta, x.p, 64) == CUBLAS_STATUS_SUCCESS);  // x = 2 y
+  REQUIRE(cudaMemsetAsync(y.p, 0, 4, s) == cudaSuccess);                 // y[0] = 0
+  scale = 100.0f;
+  cudaGraph_t g = nullptr;
+  REQUIRE(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  std::size_t nodes = 0;
+  REQUIRE(cudaGraphGetNodes(g, nullptr, &nodes) == cudaSuccess);
+  CHECK(nodes == 3);
+  CHECK(x.host() == std::vector<float>(64, 1.0f));  // nothing ran at the capture
+  CHECK(y.host() == std::vector<float>(64, 0.0f));
+  cudaGraphExec_t e = nullptr;
+  REQUIRE(cudaGraphInstantiate(&e, g, 0) == cudaSuccess);
+  const auto launches = emu::device().launches();
+  REQUIRE(cudaGraphLaunch(e, s) == cudaSuccess);
+  CHECK(emu::device().launches() == launches + 1);  // the kernel, run again by the replay
+  auto want_y = std::vector<float>(64, 1.0f);
+  want_y[0] = 0.0f;
+  CHECK(y.host() == want_y);
+  CHECK(x.host() == std::vector<float>(64, 2.0f));  // alpha as captured, not 100
+  REQUIRE(cudaGraphLaunch(e, s) == cudaSuccess);    // again: y = x = 2, x = 2 y = 4
+  CHECK(x.host() == std::vector<float>(64, 4.0f));
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+}
+
+TEST_CASE("the emulation: waiting for the device while capturing fails and invalidates the capture", "[cuda][emulation]") {
+  DeviceFloats x(8, 1.0f);
+  cudaStream_t s = stream();
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  REMAT_CUDA_LAUNCH(copy_kernel<>, 1, 8, 0, s, x.p, x.p, 8);
+  CHECK(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  cudaStreamCaptureStatus st{};
+  REQUIRE(cudaStreamIsCapturing(s, &st) == cudaSuccess);
+  CHECK(st == cudaStreamCaptureStatusInvalidated);
+  float h[8];
+  CHECK(cudaMemcpy(h, x.p, sizeof h, cudaMemcpyDeviceToHost) == cudaErrorStreamCaptureImplicit);
+  (void)cudaGetLastError();
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+  CHECK(g == nullptr);
+  (void)cudaGetLastError();
+  CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureUnmatched);  // no capture now
+  (void)cudaGetLastError();
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess);  // and the stream works again
+  CHECK(x.host() == std::vector<float>(8, 1.0f));
+}
+
 // ---- the backend's error paths, with injected faults --------------------------------------
 
 TEST_CASE("cuda errors: no device makes the first allocation a catchable CudaError", "[cuda][errors]") {

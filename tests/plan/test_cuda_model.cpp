@@ -168,11 +168,20 @@ TEST_CASE("CUDA block pool: a large request takes no block much larger than itse
   void* a = pool.allocate(36 * MiB);  // 40 MiB is within 1/8 of 36: taken, and split
   CHECK(a == big);
   pool.deallocate(a);
-  void* b = pool.allocate(20 * MiB);  // 40 MiB is twice that: a miss, the cached segment goes
+  // 40 MiB is at least twice 20: taken, and the 20 MiB split off serves the next request
+  void* h1 = pool.allocate(20 * MiB);
+  void* h2 = pool.allocate(20 * MiB);
+  CHECK(h1 == big);
+  CHECK(static_cast<char*>(h2) == static_cast<char*>(big) + 20 * MiB);
+  CHECK(pool.reserved_bytes() == 40 * MiB);
+  CHECK(TestDevice::releases == 0);
+  pool.deallocate(h1);
+  pool.deallocate(h2);
+  void* b = pool.allocate(24 * MiB);  // 40 MiB is 2/3 larger, not twice: a miss, the cached segment goes
   CHECK(TestDevice::releases == 1);
-  CHECK(pool.reserved_bytes() == 20 * MiB);
+  CHECK(pool.reserved_bytes() == 24 * MiB);
   void* c = pool.allocate(3 * MiB);  // under 10 MiB: any block that holds it would do
-  CHECK(pool.reserved_bytes() == 40 * MiB);  // b's segment is used whole, so a 20 MiB one
+  CHECK(pool.reserved_bytes() == 44 * MiB);  // b's segment is used whole, so a 20 MiB one
   void* d = pool.allocate(2 * MiB);
   CHECK(static_cast<char*>(d) == static_cast<char*>(c) + 3 * MiB);
   CHECK(pool.consistent());

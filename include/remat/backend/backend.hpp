@@ -25,6 +25,7 @@ struct has_copies<B, std::void_t<decltype(B::copy_from_host(nullptr, nullptr, st
                                  decltype(B::copy_to_host(nullptr, nullptr, std::size_t{})),
                                  decltype(B::copy(nullptr, nullptr, std::size_t{})),
                                  decltype(B::fill(std::declval<float*>(), 0, 0.0f)),
+                                 decltype(B::iota(std::declval<std::int32_t*>(), 0)),
                                  decltype(B::add_into(std::declval<float*>(),
                                                       std::declval<const float*>(), 0))>>
     : std::true_type {};
@@ -81,7 +82,7 @@ constexpr bool check_backend() {
   static_assert(detail::has_allocate<B>::value,
                 "remat: backend B is missing allocate(size_t) / deallocate(void*, size_t)");
   static_assert(detail::has_copies<B>::value,
-                "remat: backend B is missing copy_from_host / copy_to_host / copy / fill / add_into");
+                "remat: backend B is missing copy_from_host / copy_to_host / copy / fill / iota / add_into");
   static_assert(detail::has_gemm<B>::value,
                 "remat: backend B is missing gemm(bool, bool, M, N, K, alpha, A, lda, B, ldb, "
                 "beta, C, ldc) or gemm_batched(...)");

@@ -129,6 +129,7 @@ struct Meta {
   static void copy_to_host(void* dst, const void*, std::size_t bytes) { std::memset(dst, 0, bytes); }
   static void copy(void*, const void*, std::size_t bytes) { count(WorkKind::pointwise, 0, 2.0 * bytes); }
   static void fill(float*, std::int64_t n, float) { count(WorkKind::pointwise, 0, F * n); }
+  static void iota(std::int32_t*, std::int64_t n) { count(WorkKind::pointwise, 0, 4.0 * n); }
   static void synchronize() {}
   static int num_threads() { return Target::num_threads(); }
   static std::string describe() { return std::string("meta (shapes only) of ") + Target::describe(); }

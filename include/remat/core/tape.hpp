@@ -152,6 +152,45 @@ class Tape {
     }
     return t;
   }
+  /// Token ids that will be written again in place (write_tokens), e.g. the inputs of a CUDA
+  /// graph's step: their range is declared as [lo, hi] (what the model accepts, e.g. 0 and
+  /// vocab_size - 1) instead of taken from these values, so the ops' range checks hold for
+  /// every later write.
+  Tensor<B> tokens(const Shape& shape, const std::vector<std::int32_t>& data, std::int32_t lo,
+                   std::int32_t hi) {
+    REMAT_CHECK(lo <= hi, "remat::Tape::tokens: declared range [", lo, ", ", hi,
+                "] is empty (expected lo <= hi)");
+    check_in_range(data, lo, hi, "Tape::tokens");
+    auto t = from_host(shape, data.data(), data.size(), DType::i32, Category::temporaries,
+                       "Tape::tokens");
+    t.impl()->known_lo = lo;
+    t.impl()->known_hi = hi;
+    return t;
+  }
+  /// Writes new ids into t (made by tokens with a declared range): as many, within the range.
+  /// On a device it waits for the copy (the host buffer may go away).
+  void write_tokens(const Tensor<B>& t, const std::vector<std::int32_t>& data) {
+    REMAT_CHECK(t.defined() && t.dtype() == DType::i32 &&
+                    static_cast<std::int64_t>(data.size()) == t.numel() &&
+                    t.impl()->known_lo <= t.impl()->known_hi,
+                "remat::Tape::write_tokens: ", data.size(), " ids into ",
+                t.defined() ? std::string(dtype_name(t.dtype())) + " " + t.shape().str()
+                            : std::string("an undefined tensor"),
+                " (expected an i32 tensor of as many elements, made by Tape::tokens with a "
+                "declared range)");
+    check_in_range(data, t.impl()->known_lo, t.impl()->known_hi, "Tape::write_tokens");
+    if (!data.empty())
+      B::copy_from_host(t.template mutable_data<std::int32_t>(), data.data(), t.bytes());
+  }
+  /// Positions 0, 1, ..., n - 1 (i32 [n], a constant), written by the backend where they live:
+  /// nothing is uploaded, so a CUDA graph can hold the step that makes them.
+  Tensor<B> positions(std::int64_t n) {
+    auto t = detail::make_tensor<B>(this, Shape{n}, DType::i32, Category::temporaries);
+    B::iota(t.template data<std::int32_t>(), n);
+    t.impl()->known_lo = 0;
+    t.impl()->known_hi = n > 0 ? static_cast<std::int32_t>(n - 1) : 0;
+    return t;
+  }
   /// A trainable tensor: requires grad, counted under `parameters`.
   Tensor<B> parameter(const Shape& shape, const std::vector<float>& data) {
     auto t = from_host(shape, data.data(), data.size(), DType::f32, Category::parameters,
@@ -511,6 +550,14 @@ class Tape {
     auto t = detail::make_tensor<B>(this, shape, dt, c);
     if (n) B::copy_from_host(t.storage()->data(), data, t.bytes());
     return t;
+  }
+
+  static void check_in_range(const std::vector<std::int32_t>& data, std::int32_t lo,
+                             std::int32_t hi, const char* what) {
+    for (std::size_t i = 0; i < data.size(); ++i)
+      REMAT_CHECK(data[i] >= lo && data[i] <= hi, "remat::", what, ": id ", data[i],
+                  " at index ", i, " is outside the declared range [", lo, ", ", hi,
+                  "] (expected every id within it)");
   }
 
   static constexpr std::size_t kPruneMin = 256;

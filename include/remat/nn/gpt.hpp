@@ -242,9 +242,7 @@ class GPT : public Module<B> {
     REMAT_CHECK(T <= config.block_size, "remat::nn::GPT: sequence length ", T,
                 " exceeds block_size ", config.block_size,
                 " (expected T <= block_size; build the model with a larger block_size)");
-    std::vector<std::int32_t> pos(static_cast<std::size_t>(T));
-    for (std::int64_t t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t);
-    return wte(idx) + wpe(tape_->tokens({T}, pos));  // (B, T, C) + (T, C)
+    return wte(idx) + wpe(tape_->positions(T));  // (B, T, C) + (T, C)
   }
   /// Final layer norm and the tied lm head: x (B, T, C) -> logits (B, T, Vp), Vp =
   /// config.padded_vocab(): the columns past vocab_size are the padding's (zero).

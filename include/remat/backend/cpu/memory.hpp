@@ -715,6 +715,10 @@ struct CpuMemory {
   }
   static void copy(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
   static void fill(float* x, std::int64_t n, float v) { std::fill(x, x + n, v); }
+  /// x[i] = i for i < n (positions, made where they are used: nothing to upload)
+  static void iota(std::int32_t* x, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<std::int32_t>(i);
+  }
   static void synchronize() {}
 
   /// Sets the threads of our kernels (OpenMP), Eigen and OpenBLAS together.

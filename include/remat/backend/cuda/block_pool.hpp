@@ -14,7 +14,8 @@
 // - A request takes the smallest free block of its pool that holds it (lowest address on ties)
 //   and splits off the rest when at least 512 bytes (small pool) or more than 1 MiB (large
 //   pool) are left; otherwise the block is handed out whole and its tail is counted as
-//   fragmentation. A request of 10 MiB or more takes no block over 1/8 larger than itself.
+//   fragmentation. A request of 10 MiB or more takes no block over 1/8 larger than itself,
+//   unless the block is at least twice as large (PoolSizes::fits).
 //   A freed block merges with free neighbours of its segment.
 // - When no free block fits (a miss), the wholly free segments of the request's pool go back to
 //   the device first, then a new segment is reserved; when the device refuses, every wholly free
@@ -32,6 +33,13 @@
 //   one flat buffer (NOTE [flat buffers], core/flat.hpp), GPT-2 124M's predicted reserved bytes
 //   are 0.10-0.19% above the ledger's peak at B8 T1024 (none, block, selective; were 2.6-3.9%)
 //   and 1.8-3.9% at B1 T4096 (were 6.4-11.8%): benchmarks/results/2026-12-03-predicted-h200.md.
+// - What was left at B1 T4096 with `block`: a 600 MB free region (the head's, between the
+//   forward and the backward) sat idle while the replays' 12-48 MB buffers missed it by the
+//   1/8 rule and reserved segments of their own. Letting a large request split a block at
+//   least twice its size brings the estimator's predicted reserved bytes (the peak over its
+//   three steps) to 0.58-0.88% over the ledger's peak at B1 T4096 (none, block, selective; were
+//   1.8-3.9%) and 0.19-0.57% at B8 T1024; at B1 T1024 `block` settles at 4.5-6.9% (was 8.3%),
+//   at B4 T512 at 1.4-11.7% from step to step (was 15.3-16.0%).
 // - Unlike an exact-size cache, changing shapes (a new sequence length, a re-plan) reuse and
 //   split what is reserved, so the reserved bytes stay bounded by the peak of live bytes plus
 //   fragmentation instead of growing with every new size.
@@ -46,6 +54,7 @@
 #include <memory>
 #include <set>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace remat {
@@ -71,9 +80,13 @@ struct PoolSizes {
   }
   /// Whether a free block of `block` bytes may serve a request of `rounded` bytes: a large
   /// request (10 MiB and up) takes no block more than 1/8 larger than itself, so that big
-  /// buffers do not settle into other big buffers' places and fragment them.
+  /// buffers do not settle into other big buffers' places and leave slivers, unless the block
+  /// is at least twice its size: what is split off is then at least as large as the request
+  /// and serves the next ones (a big free region is not left idle while new segments are
+  /// reserved beside it).
   static bool fits(std::size_t rounded, std::size_t block) {
-    return block >= rounded && (rounded < kMidRequest || block - rounded <= rounded / 8);
+    return block >= rounded &&
+           (rounded < kMidRequest || block - rounded <= rounded / 8 || block >= 2 * rounded);
   }
   /// Whether a block of `block` bytes given to a request of `rounded` bytes is split.
   static bool split(std::size_t block, std::size_t rounded) {
@@ -110,15 +123,16 @@ class BlockPool {
     Block* b = take_free(small, r);
     if (!b) {
       // A miss: the wholly free segments of this pool did not hold it either, so they go back
-      // before a new one is reserved; the device can place the new one in their room.
-      release_cached(small ? Which::small : Which::large);
+      // before a new one is reserved; the device can place the new one in their room (not a
+      // pool that keeps its segments).
+      if (!keep_) release_cached(small ? Which::small : Which::large);
       const std::size_t seg = PoolSizes::segment(r);
       void* p = Device::reserve(seg);
-      if (!p) {
+      if (!p && !keep_) {
         release_cached();
         p = Device::reserve(seg);
-        if (!p) return nullptr;
       }
+      if (!p) return nullptr;
       blocks_.push_back(std::make_unique<Block>());
       b = blocks_.back().get();
       b->base = static_cast<char*>(p);
@@ -167,6 +181,7 @@ class BlockPool {
   /// Returns every wholly free segment (of the small or large pool, or both) to the device;
   /// what is in use stays.
   void release_cached(Which which = Which::both) noexcept {
+    if (keep_) return;
     for (auto it = free_.begin(); it != free_.end();) {
       Block* b = *it;
       const bool pick = which == Which::both || (which == Which::small) == b->small;
@@ -180,6 +195,26 @@ class BlockPool {
         ++it;
       }
     }
+  }
+
+  /// While on, no segment goes back to the device (a miss reserves a new one beside the
+  /// cache): during a CUDA graph's capture, whose recorded work may use any segment it touched
+  /// (NOTE [CUDA graph memory], backend/cuda/graph.cuh).
+  void keep_segments(bool on) noexcept { keep_ = on; }
+  /// Hands out every free block whole, as if allocated (a CUDA graph holds them: nothing else
+  /// may land where its replays write); each goes back with deallocate(). Returns them with
+  /// their sizes.
+  std::vector<std::pair<void*, std::size_t>> take_free_blocks() {
+    std::vector<std::pair<void*, std::size_t>> out;
+    out.reserve(free_.size());
+    for (Block* b : free_) {
+      b->used = true;
+      in_use_ += b->size;
+      live_.emplace(b->base, b);
+      out.emplace_back(b->base, b->size);
+    }
+    free_.clear();
+    return out;
   }
 
   std::size_t reserved_bytes() const noexcept { return reserved_; }
@@ -286,6 +321,7 @@ class BlockPool {
   std::set<Block*, BySize> free_;
   std::unordered_map<char*, Block*> live_;
   std::size_t reserved_ = 0, peak_reserved_ = 0, in_use_ = 0, segments_ = 0, dead_ = 0;
+  bool keep_ = false;  // keep_segments()
   std::int64_t device_reserves_ = 0;
 };
 

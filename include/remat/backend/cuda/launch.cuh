@@ -35,6 +35,13 @@ inline DeviceCounters& device_counters() {
   return c;
 }
 
+/// Whether a CUDA graph is being captured (graph.cuh sets it): the sync check waits for nothing
+/// then (a wait would end the capture).
+inline std::atomic<bool>& capturing_flag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+
 inline std::atomic<bool>& sync_check_flag() {
   static std::atomic<bool> on{[] {
     const char* e = std::getenv("REMAT_CUDA_SYNC_CHECK");
@@ -54,7 +61,7 @@ inline void check_launch(const char* kernel, const char* file, int line) {
   if (e != cudaSuccess)
     throw CudaError(::remat::detail::cat("remat: launch of kernel ", kernel, " failed at ", file, ":",
                                          line, ": ", cudaGetErrorString(e)));
-  if (!sync_check()) return;
+  if (!sync_check() || capturing_flag().load(std::memory_order_relaxed)) return;
   const cudaError_t s = cudaDeviceSynchronize();
   if (s != cudaSuccess)
     throw CudaError(::remat::detail::cat("remat: kernel ", kernel, " (launched at ", file, ":", line,

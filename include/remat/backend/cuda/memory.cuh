@@ -12,7 +12,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "remat/backend/cuda/block_pool.hpp"
 #include "remat/backend/cuda/context.cuh"
@@ -43,6 +46,14 @@ struct CudaDevice {
   static void release(void* p, std::size_t) noexcept { (void)cudaFree(p); }
 };
 
+/// The blocks a CUDA graph holds (NOTE [CUDA graph memory], graph.cuh): the pool's free blocks
+/// at the end of its capture, and the capture's outputs once freed. `alive` false once the
+/// graph is gone.
+struct GraphHold {
+  std::vector<void*> blocks;
+  bool alive = true;
+};
+
 class CachingAllocator {
  public:
   static CachingAllocator& get() {
@@ -54,6 +65,7 @@ class CachingAllocator {
     const std::lock_guard<std::mutex> lock(mutex_);
     void* p = pool_.allocate(bytes);  // on a retry cudaFree waits for the device to finish
     if (p) {
+      if (capture_) made_.emplace(p, Made{capture_, bytes});  // a replay writes here
 #if defined(REMAT_CUDA_EMULATION)
       emu::device().track_block(p, bytes, PoolSizes::round(bytes));  // poison, guard, pointer checks
 #endif
@@ -68,6 +80,16 @@ class CachingAllocator {
   }
   void deallocate(void* p, std::size_t) noexcept {
     const std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = made_.find(p); it != made_.end()) {
+      const std::shared_ptr<GraphHold> hold = it->second.hold;
+      made_.erase(it);
+      // an output of a finished capture (freed during its capture, a block is reused by what
+      // the capture allocates next, in stream order): its graph keeps it, still tracked
+      if (hold->alive && hold != capture_) {
+        hold->blocks.push_back(p);
+        return;
+      }
+    }
 #if defined(REMAT_CUDA_EMULATION)
     emu::device().untrack_block(p);
 #endif
@@ -81,6 +103,47 @@ class CachingAllocator {
     if (pool_.segments() == 0) return;
     (void)cudaDeviceSynchronize();  // kernels may still read blocks of the freed segments
     pool_.release_cached();
+  }
+  /// A CUDA graph's capture begins (NOTE [CUDA graph memory]): no segment goes back to the
+  /// device until it ends, and what it allocates is `hold`'s when freed.
+  void begin_capture(const std::shared_ptr<GraphHold>& hold) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    capture_ = hold;
+    pool_.keep_segments(true);
+  }
+  /// The capture ends: `hold` also takes every free block, so nothing else lands where the
+  /// graph's replays write (kept: the capture succeeded) or gives back what it took (not kept).
+  void end_capture(const std::shared_ptr<GraphHold>& hold, bool keep) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      capture_.reset();
+      pool_.keep_segments(false);
+      if (keep)
+        for (const auto& [p, bytes] : pool_.take_free_blocks()) {
+#if defined(REMAT_CUDA_EMULATION)
+          emu::device().track_block(p, bytes, bytes);  // live for the replays' pointer checks
+#endif
+          hold->blocks.push_back(p);
+        }
+#if defined(REMAT_CUDA_EMULATION)
+      // The capture's outputs lose their guard bytes: in a replay, work before them in stream
+      // order may have used that memory for a larger buffer, as the capture allowed.
+      for (const auto& [p, m] : made_)
+        if (m.hold == hold) emu::device().track_block(p, PoolSizes::round(m.bytes), PoolSizes::round(m.bytes));
+#endif
+    }
+    if (!keep) release_graph(*hold);
+  }
+  /// The graph is gone: its blocks go back to the pool; those of its outputs still alive go
+  /// back when freed.
+  void release_graph(GraphHold& hold) noexcept {
+    std::vector<void*> blocks;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      hold.alive = false;
+      blocks.swap(hold.blocks);
+    }
+    for (void* p : blocks) deallocate(p, 0);
   }
   // the pool's counters under the same mutex as its changes (as the CPU arena's)
   std::size_t reserved_bytes() const noexcept {
@@ -108,6 +171,13 @@ class CachingAllocator {
   CachingAllocator() = default;
   mutable std::mutex mutex_;
   BlockPool<CudaDevice> pool_;
+  std::shared_ptr<GraphHold> capture_;  // the capture under way, if any
+  // blocks a capture made that are still in use, and the graph that keeps them when freed
+  struct Made {
+    std::shared_ptr<GraphHold> hold;
+    std::size_t bytes;
+  };
+  std::unordered_map<void*, Made> made_;
 };
 
 template <int = 0>
@@ -115,6 +185,12 @@ __global__ void fill_kernel(float* x, std::int64_t n, float v) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     x[i] = v;
+}
+template <int = 0>
+__global__ void iota_kernel(std::int32_t* x, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    x[i] = static_cast<std::int32_t>(i);
 }
 template <int = 0>
 __global__ void add_into_kernel(float* dst, const float* src, std::int64_t n) {
@@ -173,6 +249,11 @@ struct CudaMemory {
   static void fill(float* x, std::int64_t n, float v) {
     if (n <= 0) return;
     REMAT_CUDA_LAUNCH(fill_kernel<>, grid_for(n), 256, 0, Context::get().stream(), x, n, v);
+  }
+  /// x[i] = i on the device: positions need no upload (nor a host wait; a CUDA graph may hold it)
+  static void iota(std::int32_t* x, std::int64_t n) {
+    if (n <= 0) return;
+    REMAT_CUDA_LAUNCH(iota_kernel<>, grid_for(n), 256, 0, Context::get().stream(), x, n);
   }
   static void add_into(float* dst, const float* src, std::int64_t n) {
     if (n <= 0) return;

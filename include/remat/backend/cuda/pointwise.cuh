@@ -167,6 +167,9 @@ struct CudaPointwise {
   static void dropout_forward(float* y, const float* x, std::int64_t n, float p, std::uint64_t seed,
                               std::uint64_t offset) {
     if (n == 0) return;
+    REMAT_CHECK(p == 0.0f || !capturing_flag().load(), "remat::Cuda::dropout_forward: dropout ",
+                p, " while a CUDA graph is captured (expected p = 0: the seed is drawn on the host "
+                "each step, so every replay would reuse one mask; hint: dropout 0, or no graph)");
     REMAT_CUDA_LAUNCH(dropout_kernel<>, grid_for(n), 256, 0, s(), y, x, n, p, seed, offset, false);
   }
   static void dropout_backward(float* dx, const float* dy, std::int64_t n, float p,

@@ -65,12 +65,13 @@ inline float to_tf32(float x) {
   return x;
 }
 
-/// One column-major C (m, n) = alpha op(A) op(B) + beta C, with cuBLAS's checks.
+/// One column-major C (m, n) = alpha op(A) op(B) + beta C, with cuBLAS's checks (`run` false:
+/// the checks only).
 inline cublasStatus_t sgemm_reference(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                       int m, int n, int k, const float* alpha, const float* A,
                                       int lda, long long sa, const float* B, int ldb, long long sb,
                                       const float* beta, float* C, int ldc, long long sc,
-                                      int batch) {
+                                      int batch, bool run = true) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   const bool tA = ta != CUBLAS_OP_N, tB = tb != CUBLAS_OP_N;
   auto at_least = [](int ld, int rows) { return ld >= (rows > 1 ? rows : 1); };
@@ -82,6 +83,7 @@ inline cublasStatus_t sgemm_reference(cublasHandle_t h, cublasOperation_t ta, cu
   if (!dev.is_device(C) || (k > 0 && (!dev.is_device(A) || !dev.is_device(B))))
     return CUBLAS_STATUS_EXECUTION_FAILED;  // a host pointer: a fault on the device
   if (dev.sync_status() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (!run) return CUBLAS_STATUS_SUCCESS;  // the checks only
   const bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   auto in = [tf32](float x) { return tf32 ? to_tf32(x) : x; };
   const double a = *alpha, b = *beta;
@@ -122,11 +124,38 @@ inline cublasStatus_t sgemm_reference(cublasHandle_t h, cublasOperation_t ta, cu
 }  // namespace cuda
 }  // namespace remat
 
+namespace remat {
+namespace cuda {
+namespace emu {
+/// sgemm_reference now, or on a capturing stream checked now and recorded with copies of the
+/// handle's mode and of alpha and beta (as cuBLAS reads host scalars when the call is made).
+inline cublasStatus_t sgemm_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                 int n, int k, const float* alpha, const float* A, int lda,
+                                 long long sa, const float* B, int ldb, long long sb,
+                                 const float* beta, float* C, int ldc, long long sc, int batch) {
+  if (!h || !h->stream || !h->stream->capture)
+    return sgemm_reference(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+  const cublasStatus_t st =
+      sgemm_reference(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, false);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  cublasContext ctx{nullptr, h->math};
+  const float a = *alpha, b = *beta;
+  device().defer(h->stream, [=]() mutable {
+    if (sgemm_reference(&ctx, ta, tb, m, n, k, &a, A, lda, sa, B, ldb, sb, &b, C, ldc, sc, batch) !=
+        CUBLAS_STATUS_SUCCESS)
+      node_failed("cuBLAS GEMM");
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace emu
+}  // namespace cuda
+}  // namespace remat
+
 inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                   int m, int n, int k, const float* alpha, const float* A, int lda,
                                   const float* B, int ldb, const float* beta, float* C, int ldc) {
-  return remat::cuda::emu::sgemm_reference(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta,
-                                           C, ldc, 0, 1);
+  return remat::cuda::emu::sgemm_call(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C,
+                                      ldc, 0, 1);
 }
 inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                                 cublasOperation_t tb, int m, int n, int k,
@@ -134,6 +163,6 @@ inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperatio
                                                 long long sa, const float* B, int ldb,
                                                 long long sb, const float* beta, float* C,
                                                 int ldc, long long sc, int batch) {
-  return remat::cuda::emu::sgemm_reference(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb,
-                                           beta, C, ldc, sc, batch);
+  return remat::cuda::emu::sgemm_call(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C,
+                                      ldc, sc, batch);
 }

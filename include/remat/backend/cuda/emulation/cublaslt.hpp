@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "remat/backend/cuda/emulation/cublas.hpp"
@@ -226,13 +227,16 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
 /// of cublas.hpp does the product; the epilogue is applied here, in the order cuBLASLt
 /// documents: the bias added to the result; a bias gradient summed over k of A's rows (BGRADA)
 /// or of B's columns (BGRADB), stored, never accumulated).
-inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
-                                     const void* alpha, const void* A, cublasLtMatrixLayout_t Ad,
-                                     const void* B, cublasLtMatrixLayout_t Bd, const void* beta,
-                                     const void* C, cublasLtMatrixLayout_t Cd, void* D,
-                                     cublasLtMatrixLayout_t Dd, const cublasLtMatmulAlgo_t* algo,
-                                     void* workspace, std::size_t workspace_bytes, cudaStream_t) {
-  using namespace remat::cuda::emu;
+namespace remat {
+namespace cuda {
+namespace emu {
+/// cublasLtMatmul's checks and work (`run` false: the checks only).
+inline cublasStatus_t lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha,
+                                const void* A, cublasLtMatrixLayout_t Ad, const void* B,
+                                cublasLtMatrixLayout_t Bd, const void* beta, const void* C,
+                                cublasLtMatrixLayout_t Cd, void* D, cublasLtMatrixLayout_t Dd,
+                                const cublasLtMatmulAlgo_t* algo, void* workspace,
+                                std::size_t workspace_bytes, bool run) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!d || !Ad || !Bd || !Cd || !Dd || !algo || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
   int m = 0, n = 0, k = 0;
@@ -262,7 +266,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
   const int bias_len = ep == CUBLASLT_EPILOGUE_BGRADB ? n : m;
   if ((bias_in || bias_out) && !dev.is_device(d->bias, sizeof(float) * static_cast<std::size_t>(bias_len)))
     return CUBLAS_STATUS_EXECUTION_FAILED;
-  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  if (m == 0 || n == 0 || !run) return CUBLAS_STATUS_SUCCESS;
   float* Dp = static_cast<float*>(D);
   if (C != D) {  // out of place: D starts as C (same layout), then the GEMM runs in place
     const std::size_t span = sizeof(float) * (static_cast<std::size_t>(Dd->ld) * (n - 1) + m);
@@ -322,5 +326,39 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
       bias[i] = static_cast<float>(s);
     }
   }
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace emu
+}  // namespace cuda
+}  // namespace remat
+
+/// On a capturing stream: checked now and recorded with copies of the descriptors, the
+/// algorithm and alpha, beta (cuBLASLt reads them when the call is made).
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                     const void* alpha, const void* A, cublasLtMatrixLayout_t Ad,
+                                     const void* B, cublasLtMatrixLayout_t Bd, const void* beta,
+                                     const void* C, cublasLtMatrixLayout_t Cd, void* D,
+                                     cublasLtMatrixLayout_t Dd, const cublasLtMatmulAlgo_t* algo,
+                                     void* workspace, std::size_t workspace_bytes, cudaStream_t s) {
+  using namespace remat::cuda::emu;
+  if (!s || !s->capture)
+    return lt_matmul(h, d, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd, algo, workspace, workspace_bytes, true);
+  const cublasStatus_t st =
+      lt_matmul(h, d, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd, algo, workspace, workspace_bytes, false);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  struct Call {
+    cublasLtMatmulDescOpaque_t d;
+    cublasLtMatrixLayoutOpaque_t Ad, Bd, Cd, Dd;
+    cublasLtMatmulAlgo_t algo;
+    float alpha, beta;
+  };
+  const auto c = std::make_shared<Call>(Call{*d, *Ad, *Bd, *Cd, *Dd, *algo,
+                                             *static_cast<const float*>(alpha),
+                                             *static_cast<const float*>(beta)});
+  device().defer(s, [=] {
+    if (lt_matmul(h, &c->d, &c->alpha, A, &c->Ad, B, &c->Bd, &c->beta, C, &c->Cd, D, &c->Dd,
+                  &c->algo, workspace, workspace_bytes, true) != CUBLAS_STATUS_SUCCESS)
+      node_failed("cuBLASLt matmul");
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

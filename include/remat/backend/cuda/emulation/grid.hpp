@@ -546,12 +546,13 @@ inline std::vector<unsigned long long> block_order(unsigned long long blocks, st
   return order;
 }
 
-/// kernel<<<grid, block, smem, stream>>>(args...) on the host. Launch errors (a bad
+/// kernel<<<grid, block, smem, stream>>>(args...) on the host (on a capturing stream: checked
+/// and recorded, runtime.hpp). Launch errors (a bad
 /// configuration, no device) are left for cudaGetLastError() as CUDA does; a broken execution
 /// model throws KernelFault.
 template <class... P, class... A>
 void launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, std::size_t smem,
-            cudaStream_t, A&&... args) {
+            cudaStream_t stream, A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "remat CUDA emulation: wrong number of kernel arguments");
   Device& dev = device();
   if (dev.faults().device_count == 0) {
@@ -562,6 +563,18 @@ void launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, std::
   if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 ||
       grid.z == 0 || grid.y > 65535 || grid.z > 65535 || smem > (48u << 10)) {
     dev.record(cudaErrorInvalidConfiguration);
+    return;
+  }
+  if (stream && stream->capture) {  // recorded with copies of its arguments, run by cudaGraphLaunch
+    std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+    std::apply([&](const auto&... p) {
+      int i = 0;
+      (check_argument(name, i++, p), ...);
+    }, params);
+    dev.defer(stream, [kernel, name, grid, block, smem, params] {
+      std::apply([&](const auto&... p) { launch(kernel, name, grid, block, smem, nullptr, p...); },
+                 params);
+    });
     return;
   }
   dev.count_launch(name);

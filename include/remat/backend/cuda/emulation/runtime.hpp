@@ -7,17 +7,23 @@
 // wrote shows it. Errors have CUDA's codes and strings. Tests inject faults (emu::Faults): the
 // N-th cudaMalloc fails with a given code, no device at all, a stream that cannot be created,
 // a kernel that faults asynchronously (a sticky error at the next synchronization).
+// Stream capture (CUDA graphs): work sent to a capturing stream (launches, async copies and
+// fills, cuBLAS and cuBLASLt calls) is checked and recorded instead of run, with its arguments
+// copied as CUDA copies them; cudaGraphLaunch runs the recorded work in order. Waiting for the
+// device while a capture is on fails and invalidates it, as on a GPU.
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 // ---- CUDA's types (global namespace, as cuda_runtime.h declares them) ----------------------
 struct uint3 {
@@ -37,10 +43,15 @@ enum cudaError {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureImplicit = 906,
   cudaErrorUnknown = 999,
 };
 typedef cudaError cudaError_t;
@@ -53,8 +64,29 @@ enum cudaMemcpyKind {
 };
 constexpr unsigned cudaStreamDefault = 0;
 constexpr unsigned cudaStreamNonBlocking = 1;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+/// A graph: the work recorded by a stream capture, in stream order.
+struct CUgraph_st {
+  std::vector<std::function<void()>> nodes;
+};
+typedef CUgraph_st* cudaGraph_t;
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> nodes;
+};
+typedef CUgraphExec_st* cudaGraphExec_t;
 struct CUstream_st {
   unsigned flags = 0;
+  CUgraph_st* capture = nullptr;  // being captured into this graph
+  bool invalidated = false;       // ... and a wait during the capture invalidated it
 };
 typedef CUstream_st* cudaStream_t;
 struct CUevent_st {
@@ -246,6 +278,33 @@ class Device {
   /// wait for the device (cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize),
   /// and copies from the device to the host.
   std::int64_t host_waits() const { return host_waits_; }
+  // ---- stream capture -------------------------------------------------------------------
+  /// Work for stream s: when s is being captured, `work` is recorded into its graph and true
+  /// returned (the caller runs nothing now); otherwise false.
+  bool defer(cudaStream_t s, std::function<void()> work) {
+    if (!s || !s->capture) return false;
+    if (!s->invalidated) s->capture->nodes.push_back(std::move(work));
+    return true;
+  }
+  void begin_capture(cudaStream_t s, cudaGraph_t g) {
+    s->capture = g;
+    s->invalidated = false;
+    capturing_.insert(s);
+  }
+  void end_capture(cudaStream_t s) {
+    s->capture = nullptr;
+    capturing_.erase(s);
+  }
+  /// A call that waits for the device (or for stream s): while a capture is on (of s, or of any
+  /// stream when s is null) it fails with cudaErrorStreamCaptureUnsupported and the capture is
+  /// invalidated (its cudaStreamEndCapture fails); cudaSuccess otherwise.
+  cudaError_t wait_during_capture(cudaStream_t s) {
+    bool hit = false;
+    for (CUstream_st* c : capturing_)
+      if (!s || c == s) c->invalidated = hit = true;
+    return hit ? record(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+  }
+  bool capturing() const { return !capturing_.empty(); }
   std::int64_t copies_to_host() const { return copies_to_host_; }
   void count_host_wait() { ++host_waits_; }
   void count_copy_to_host() { ++copies_to_host_; }
@@ -275,6 +334,7 @@ class Device {
   }
 
   mutable std::mutex mutex_;
+  std::set<CUstream_st*> capturing_;
   std::map<char*, Allocation> allocations_;
   std::map<char*, Block> blocks_;
   std::map<std::string, std::int64_t> by_kernel_;
@@ -307,10 +367,15 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     case cudaErrorUnknown: return "cudaErrorUnknown";
   }
   return "cudaErrorUnknown";
@@ -326,10 +391,15 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorUnknown: return "unknown error";
   }
   return "unrecognized error code";
@@ -388,6 +458,7 @@ inline cudaError_t cudaMemGetInfo(std::size_t* free_b, std::size_t* total_b) {
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() {
+  if (const cudaError_t c = remat::cuda::emu::device().wait_during_capture(nullptr)) return c;
   remat::cuda::emu::device().count_host_wait();
   return remat::cuda::emu::device().sync_status();
 }
@@ -407,13 +478,19 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete s;
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (const cudaError_t c = remat::cuda::emu::device().wait_during_capture(s)) return c;
   remat::cuda::emu::device().count_host_wait();
   return remat::cuda::emu::device().sync_status();
 }
 
-inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  auto& dev = remat::cuda::emu::device();
+namespace remat {
+namespace cuda {
+namespace emu {
+/// cudaMemcpy's checks and copy; `run` false: the checks only.
+inline cudaError_t memcpy_checked(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                                  bool run = true) {
+  auto& dev = device();
   if (bytes == 0) return cudaSuccess;
   const cudaError_t s = dev.sync_status();
   if (s != cudaSuccess) return s;
@@ -427,14 +504,42 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cud
     case cudaMemcpyDefault: break;
   }
   if (!ok) return dev.record(cudaErrorInvalidValue);
+  if (!run) return cudaSuccess;
   if (kind == cudaMemcpyDeviceToHost || (kind == cudaMemcpyDefault && src_dev && !dst_dev))
     dev.count_copy_to_host();
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
+/// A graph node's work failed when the graph ran: thrown by cudaGraphLaunch.
+[[noreturn]] inline void node_failed(const std::string& what) {
+  throw KernelFault("remat CUDA emulation: a graph's " + what + " failed when the graph ran");
+}
+}  // namespace emu
+}  // namespace cuda
+}  // namespace remat
+
+/// A synchronous copy: it waits for the device, so it fails while a capture is on.
+inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (const cudaError_t c = remat::cuda::emu::device().wait_during_capture(nullptr))
+    return c == cudaErrorStreamCaptureUnsupported
+               ? remat::cuda::emu::device().record(cudaErrorStreamCaptureImplicit)
+               : c;
+  return remat::cuda::emu::memcpy_checked(dst, src, bytes, kind);
+}
+/// In stream order (here: at once); on a capturing stream, checked and recorded (the bytes
+/// are read when the graph runs, as a GPU's memcpy node reads them).
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes,
-                                   cudaMemcpyKind kind, cudaStream_t = nullptr) {
-  return cudaMemcpy(dst, src, bytes, kind);
+                                   cudaMemcpyKind kind, cudaStream_t s = nullptr) {
+  using namespace remat::cuda::emu;
+  if (s && s->capture) {
+    const cudaError_t e = memcpy_checked(dst, src, bytes, kind, false);
+    if (e != cudaSuccess) return e;
+    device().defer(s, [=] {
+      if (memcpy_checked(dst, src, bytes, kind) != cudaSuccess) node_failed("cudaMemcpyAsync");
+    });
+    return cudaSuccess;
+  }
+  return memcpy_checked(dst, src, bytes, kind);
 }
 inline cudaError_t cudaMemset(void* p, int value, std::size_t bytes) {
   auto& dev = remat::cuda::emu::device();
@@ -443,8 +548,76 @@ inline cudaError_t cudaMemset(void* p, int value, std::size_t bytes) {
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s = nullptr) {
+  auto& dev = remat::cuda::emu::device();
+  if (s && s->capture) {
+    if (bytes > 0 && !dev.is_device(p, bytes)) return dev.record(cudaErrorInvalidValue);
+    dev.defer(s, [=] {
+      if (cudaMemset(p, value, bytes) != cudaSuccess) remat::cuda::emu::node_failed("cudaMemsetAsync");
+    });
+    return cudaSuccess;
+  }
   return cudaMemset(p, value, bytes);
+}
+
+// ---- stream capture and graphs ----------------------------------------------------------
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  auto& dev = remat::cuda::emu::device();
+  if (!s) return dev.record(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot be
+  if (s->capture) return dev.record(cudaErrorIllegalState);
+  dev.begin_capture(s, new CUgraph_st{});
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
+  auto& dev = remat::cuda::emu::device();
+  *g = nullptr;
+  if (!s || !s->capture) return dev.record(cudaErrorStreamCaptureUnmatched);
+  CUgraph_st* graph = s->capture;
+  const bool invalidated = s->invalidated;
+  dev.end_capture(s);
+  if (invalidated) {
+    delete graph;
+    return dev.record(cudaErrorStreamCaptureInvalidated);
+  }
+  *g = graph;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  *status = !s || !s->capture ? cudaStreamCaptureStatusNone
+            : s->invalidated  ? cudaStreamCaptureStatusInvalidated
+                              : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+/// nodes null: *count = the graph's nodes (launches, copies, fills, GEMMs).
+inline cudaError_t cudaGraphGetNodes(cudaGraph_t g, void* nodes, std::size_t* count) {
+  if (!g || nodes) return remat::cuda::emu::device().record(cudaErrorInvalidValue);
+  *count = g->nodes.size();
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long = 0) {
+  if (!g) return remat::cuda::emu::device().record(cudaErrorInvalidValue);
+  *e = new CUgraphExec_st{g->nodes};
+  return cudaSuccess;
+}
+/// Runs the graph's work in order (a stream being captured records the whole graph instead).
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+  auto& dev = remat::cuda::emu::device();
+  if (!e) return dev.record(cudaErrorInvalidValue);
+  if (const cudaError_t st = dev.sync_status()) return st;
+  if (dev.defer(s, [e] {
+        for (const auto& n : e->nodes) n();
+      }))
+    return cudaSuccess;
+  for (const auto& n : e->nodes) n();
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
 }
 
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
@@ -455,12 +628,18 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
 }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+  if (remat::cuda::emu::device().defer(s, [e] {
+        e->at = std::chrono::steady_clock::now();
+        e->recorded = true;
+      }))
+    return cudaSuccess;
   e->at = std::chrono::steady_clock::now();
   e->recorded = true;
   return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  if (const cudaError_t c = remat::cuda::emu::device().wait_during_capture(nullptr)) return c;
   remat::cuda::emu::device().count_host_wait();
   return remat::cuda::emu::device().sync_status();
 }
