@@ -340,7 +340,7 @@ int gpt_step_main(int argc, char** argv) {
     // the perf samples inside it).
     double measured_from = 0.0, measured_until = 0.0;
     // Under graphs the strategies run one after the other instead, and each one's graph (its
-    // pool and gradients) goes after its last step, so the reserved bytes are one graph's.
+    // held blocks and gradients) goes after its last step, so at most one graph holds memory.
     const int per = warmup + steps;
     for (int s = 0; s < per * n; ++s) {
       Result& r = results[static_cast<std::size_t>(use_graph ? s / per : s % n)];

@@ -87,11 +87,14 @@ class Graph {
       const auto [e, g] = end(false);
       (void)cudaGetLastError();
       if (g) cudaGraphDestroy(g);
-      if (e == cudaErrorStreamCaptureInvalidated)  // fn waited for the device
+      // fn waited for the device (the capture is invalidated), or CUDA refused a call that a
+      // capture cannot hold (a copy to pageable host memory, say)
+      if (e == cudaErrorStreamCaptureInvalidated || dynamic_cast<const CudaError*>(&ex))
         throw CudaError(::remat::detail::cat(
-            "remat::cuda::Graph::capture: the captured code waited for the device (", ex.what(),
-            "); expected device work only (hint: make inputs before the capture and write them "
-            "in place, Tape::write_tokens; read outputs such as loss.item() after replay())"));
+            "remat::cuda::Graph::capture: the captured code waited for the device or made a call "
+            "a capture refuses (", ex.what(), "); expected device work only (hint: make inputs "
+            "before the capture and write them in place, Tape::write_tokens; read outputs such "
+            "as loss.item() after replay())"));
       throw;
     } catch (...) {
       const auto [e, g] = end(false);
