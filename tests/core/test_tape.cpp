@@ -276,3 +276,24 @@ TEST_CASE("Philox is the published generator: known-answer vectors", "[rng]") {
   CHECK(p.v[2] == 0xa20bc7c6u);
   CHECK(p.v[3] == 0x6d5451fdu);
 }
+
+TEST_CASE("token ids with a declared range are written in place within it; positions are 0..n-1", "[tape]") {
+  Tape<Cpu> tape;
+  auto ids = tape.tokens({2, 3}, {0, 1, 2, 3, 4, 5}, 0, 9);
+  CHECK(ids.impl()->known_lo == 0);
+  CHECK(ids.impl()->known_hi == 9);  // the declared range, not the values'
+  tape.write_tokens(ids, {9, 8, 7, 6, 5, 4});
+  CHECK(ids.to_vector<std::int32_t>() == std::vector<std::int32_t>{9, 8, 7, 6, 5, 4});
+  auto table = tape.parameter({10, 2}, std::vector<float>(20, 1.0f));
+  CHECK(embedding(table, ids).shape() == Shape{2, 3, 2});  // the range check passes on 9 < 10
+  CHECK_THROWS_WITH(tape.write_tokens(ids, {0, 1, 2, 3, 4, 10}),
+                    Catch::Contains("id 10 at index 5 is outside the declared range [0, 9]"));
+  CHECK(ids.to_vector<std::int32_t>() == std::vector<std::int32_t>{9, 8, 7, 6, 5, 4});  // untouched
+  CHECK_THROWS_WITH(tape.write_tokens(ids, {1, 2}), Catch::Contains("expected an i32 tensor of as many elements"));
+  CHECK_THROWS_WITH(tape.tokens({2}, {0, 12}, 0, 9), Catch::Contains("id 12 at index 1 is outside"));
+  CHECK_THROWS_WITH(tape.tokens({1}, {0}, 3, 2), Catch::Contains("is empty"));
+  const auto pos = tape.positions(5);
+  CHECK(pos.to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 1, 2, 3, 4});
+  CHECK(pos.impl()->known_lo == 0);
+  CHECK(pos.impl()->known_hi == 4);
+}
