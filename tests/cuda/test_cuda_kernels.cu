@@ -742,8 +742,6 @@ void test_checkpoint_unreached_input() {
   check(left == 0.0, "a segment that throws before its replay leaves zeros in its input's buffer", left);
 }
 
-std::size_t CachingAllocator_cached() { return cuda::CachingAllocator::get().cached_bytes(); }
-
 // NOTE [CUDA graphs] (graph.cuh): forward, backward and clipping captured once and replayed
 // over new batches (written in place into the static ids and targets), with AdamW's update
 // eager between replays, train exactly as eager steps do: the same losses and parameters bit
@@ -849,9 +847,10 @@ void test_cuda_graph() {
           "the graph holds the eager step's kernels and GEMMs, one node each",
           double(graph.nodes()) - double(eager_work));
 #endif
-    const std::size_t cached = CachingAllocator_cached();
+    auto& pool = cuda::CachingAllocator::get();
+    const std::size_t cached = pool.cached_bytes();
     graph.reset();
-    check(CachingAllocator_cached() > cached, "a graph's reset gives its blocks back to the pool");
+    check(pool.cached_bytes() > cached, "a graph's reset gives its blocks back to the pool");
   }
   // errors
   Tape<Cuda> tape(5);

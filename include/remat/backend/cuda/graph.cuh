@@ -81,12 +81,16 @@ class Graph {
       alloc.end_capture(hold, keep && e == cudaSuccess);
       return std::make_pair(e, g);
     };
-    try {
-      fn();
-    } catch (const std::exception& ex) {
+    auto abandon = [&] {  // fn threw: the capture and what it recorded go
       const auto [e, g] = end(false);
       (void)cudaGetLastError();
       if (g) cudaGraphDestroy(g);
+      return e;
+    };
+    try {
+      fn();
+    } catch (const std::exception& ex) {
+      const cudaError_t e = abandon();
       // fn waited for the device (the capture is invalidated), or CUDA refused a call that a
       // capture cannot hold (a copy to pageable host memory, say)
       if (e == cudaErrorStreamCaptureInvalidated || dynamic_cast<const CudaError*>(&ex))
@@ -97,10 +101,7 @@ class Graph {
             "as loss.item() after replay())"));
       throw;
     } catch (...) {
-      const auto [e, g] = end(false);
-      (void)e;
-      (void)cudaGetLastError();
-      if (g) cudaGraphDestroy(g);
+      abandon();
       throw;
     }
     const auto [e, g] = end(true);

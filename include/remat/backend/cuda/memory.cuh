@@ -80,7 +80,7 @@ class CachingAllocator {
   }
   void deallocate(void* p, std::size_t) noexcept {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = made_.find(p); it != made_.end()) {
+    if (auto it = made_.empty() ? made_.end() : made_.find(p); it != made_.end()) {
       const std::shared_ptr<GraphHold> hold = it->second.hold;
       made_.erase(it);
       // an output of a finished capture (freed during its capture, a block is reused by what
