@@ -38,7 +38,9 @@
 #include "remat/ops/mlp.hpp"
 #include "remat/ops/reduce.hpp"
 #include "remat/ops/softmax.hpp"
+#include "remat/ops/unary.hpp"
 #include "remat/ops/view.hpp"
+#include "remat/ops/where.hpp"
 
 #include "remat/nn/attention.hpp"
 #include "remat/nn/gpt.hpp"

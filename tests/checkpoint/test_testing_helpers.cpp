@@ -60,3 +60,15 @@ TEST_CASE("the helpers report a function whose gradients differ", "[checkpoint][
   CHECK(ok.equal);
   CHECK(ok.checkpoint_peak_saved > 0);
 }
+
+TEST_CASE("REMAT_REQUIRE_GRADCHECK passes a layer composed of primitives", "[testing][grad]") {
+  Tape<Cpu> tape;
+  const T x = tape.randn({3, 8}, 1.0f, 21, true), g = tape.full({8}, 1.0f, true);
+  auto rms_norm = [](const std::vector<T>& v) {
+    return v[0] * rsqrt(mean(square(v[0]), -1, true) + 1e-5f) * v[1];
+  };
+  REMAT_REQUIRE_GRADCHECK(tape, rms_norm, (std::vector<T>{x, g}));
+  testing::GradcheckOptions tight;
+  tight.max_elems = 4;
+  REMAT_REQUIRE_GRADCHECK_WITH(tape, rms_norm, (std::vector<T>{x, g}), tight);
+}

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include <remat/plan/estimate.hpp>
+#include <remat/nn/gpt_estimate.hpp>
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"

@@ -20,7 +20,9 @@
 #include "remat/ops/matmul.hpp"
 #include "remat/ops/reduce.hpp"
 #include "remat/ops/softmax.hpp"
+#include "remat/ops/unary.hpp"
 #include "remat/ops/view.hpp"
+#include "remat/ops/where.hpp"
 #include "remat/optim/adamw.hpp"
 #include "remat/optim/grad.hpp"
 #include "remat/optim/sgd.hpp"
@@ -39,6 +41,9 @@ inline const std::vector<std::string>& op_names() {
       "linear", "linear_residual", "mlp", "mlp_residual_h20", "sum_axis", "mean_all", "permute", "slice_concat", "gelu", "relu", "tanh",
       "softmax", "layer_norm", "embedding", "attention", "self_attention", "cross_entropy",
       "dropout",
+      // the primitives a layer is composed of (issue 26): the unary maps, selections, masks
+      "exp_log", "sqrt_rsqrt", "sigmoid_silu", "abs_clamp_pow", "sin_cos", "maximum_row",
+      "minimum", "where", "where_const", "max_axis", "max_last",
       // at the benchmark's shapes (issue 12): GPT-2's head size 64 and 128, T not a multiple of
       // the 4 rows a block of the fused kernels takes, non-causal; a GPT-2-sized vocabulary
       "attention_t67_d64", "attention_t67_d64_full", "attention_t67_d128",
@@ -91,6 +96,17 @@ Result run_op(const std::string& name) {
   else if (name == "self_attention") { in = {p({2, 70, 3 * 32})}; out = self_attention(in[0], 4); }
   else if (name == "cross_entropy") { in = {p({2, 9, 40}, 2.0f)}; std::vector<std::int32_t> t(18); for (int i = 0; i < 18; ++i) t[static_cast<std::size_t>(i)] = (i * 7) % 40; out = cross_entropy(in[0], tape.tokens({2, 9}, t)); }
   else if (name == "dropout") { in = {p({1000})}; out = dropout(in[0], 0.3f); }
+  else if (name == "exp_log") { in = {p({300}), p({300}, 0.3f, 2.0f)}; out = exp(in[0]) + log(in[1]); }
+  else if (name == "sqrt_rsqrt") { in = {p({300}, 0.3f, 2.0f)}; out = sqrt(in[0]) * 0.5f + rsqrt(in[0]); }
+  else if (name == "sigmoid_silu") { in = {p({300}, 3.0f)}; out = sigmoid(in[0]) * silu(in[0]); }
+  else if (name == "abs_clamp_pow") { in = {p({300}, 2.0f)}; out = abs(in[0]) + clamp(in[0], -1.0f, 0.5f) + pow(in[0], 3.0f); }
+  else if (name == "sin_cos") { in = {p({300}, 3.0f)}; out = sin(in[0]) * cos(in[0]); }
+  else if (name == "maximum_row") { in = {p({4, 5, 6}), p({6})}; out = maximum(in[0], in[1]); }
+  else if (name == "minimum") { in = {p({3, 7}), p({3, 7})}; out = minimum(in[0], in[1]); }
+  else if (name == "where") { in = {p({4, 70}), p({4, 70})}; out = where(gt(in[0], in[1]), in[0], in[1] * 2.0f); }
+  else if (name == "where_const") { in = {p({4, 70})}; out = where(lt(in[0], 0.5f), in[0], -3.0f); }
+  else if (name == "max_axis") { in = {p({4, 33, 6})}; out = max(in[0], 1); }
+  else if (name == "max_last") { in = {p({5, 300})}; out = max(in[0], -1, true); }
   else if (name.rfind("attention_t67_", 0) == 0) {
     const std::int64_t D = name.find("d128") != std::string::npos ? 128 : 64;
     const bool causal = name.find("_full") == std::string::npos;

@@ -25,7 +25,7 @@
 #include <remat/core/memory.hpp>
 #include <remat/core/storage.hpp>
 #include <remat/cuda.hpp>
-#include <remat/plan/estimate.hpp>
+#include <remat/nn/gpt_estimate.hpp>
 
 #include "cuda/reference.hpp"
 

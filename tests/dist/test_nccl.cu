@@ -13,7 +13,7 @@
 #include <remat/cuda.hpp>
 #include <remat/dist/data_parallel.hpp>
 #include <remat/dist/nccl.hpp>
-#include <remat/plan/estimate.hpp>
+#include <remat/nn/gpt_estimate.hpp>
 
 using namespace remat;
 

@@ -15,7 +15,7 @@
 
 #include <remat/backend/cuda/model.hpp>
 #include <remat/nn/gpt_plan.hpp>
-#include <remat/plan/estimate.hpp>
+#include <remat/nn/gpt_estimate.hpp>
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <remat/backend/meta.hpp>
-#include <remat/plan/estimate.hpp>
+#include <remat/nn/gpt_estimate.hpp>
 #include <remat/remat.hpp>
 
 #include "support/catch.hpp"

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include <remat/backend/cuda/model.hpp>
-#include <remat/plan/estimate.hpp>
+#include <remat/nn/gpt_estimate.hpp>
 #include <remat/plan/roofline.hpp>
 #include <remat/remat.hpp>
 

@@ -49,6 +49,13 @@ struct has_nn_kernels<
                                               std::declval<const float*>(),
                                               std::declval<const float*>(), 0, 0, false, false)),
                    decltype(B::gelu_forward(std::declval<float*>(), std::declval<const float*>(), 0)),
+                   decltype(B::unary_forward(math::UnaryKind::exp, std::declval<float*>(),
+                                             std::declval<const float*>(), 0, 0.0f, 0.0f)),
+                   decltype(B::where_forward(std::declval<float*>(), std::declval<const float*>(),
+                                             std::declval<const float*>(),
+                                             std::declval<const float*>(), 0.0f, 0)),
+                   decltype(B::max_forward(std::declval<float*>(), std::declval<const float*>(),
+                                           0, 0, 0)),
                    decltype(B::layer_norm_forward(std::declval<float*>(), std::declval<float*>(),
                                                   std::declval<float*>(),
                                                   std::declval<const float*>(),
@@ -88,7 +95,7 @@ constexpr bool check_backend() {
                 "beta, C, ldc) or gemm_batched(...)");
   static_assert(detail::has_nn_kernels<B>::value,
                 "remat: backend B is missing a kernel (binary_forward, gelu_forward, "
-                "layer_norm_forward, attention_aux_numel, cross_entropy_forward, sum_squares_many, "
+                "unary_forward, where_forward, max_forward, layer_norm_forward, attention_aux_numel, cross_entropy_forward, sum_squares_many, "
                 "clip_norm_many)");
   return true;
 }

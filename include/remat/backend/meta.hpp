@@ -200,7 +200,7 @@ struct Meta {
                               const float*, std::int64_t outer, std::int64_t inner, bool a_bc,
                               bool b_bc, bool = false, bool = false) {
     const double full = static_cast<double>(outer) * inner;
-    const bool operands = kind == math::BinaryKind::mul || kind == math::BinaryKind::div;
+    const bool operands = kind != math::BinaryKind::add && kind != math::BinaryKind::sub;
     count(WorkKind::pointwise, full * ((da != nullptr) + (db != nullptr)),
           F * full * (1 + (operands ? 2 : 0) + (da && !a_bc) + (db && !b_bc)) +
               F * inner * ((da && a_bc) + (db && b_bc)));
@@ -219,6 +219,19 @@ struct Meta {
   static void relu_backward(float*, const float*, const float*, std::int64_t n) { unary(n, 1, 3); }
   static void tanh_forward(float*, const float*, std::int64_t n) { unary(n, 10, 2); }
   static void tanh_backward(float*, const float*, const float*, std::int64_t n) { unary(n, 3, 3); }
+  static void unary_forward(math::UnaryKind, float*, const float*, std::int64_t n, float, float) {
+    unary(n, 10, 2);
+  }
+  static void unary_backward(math::UnaryKind, float*, const float*, const float*, std::int64_t n,
+                             float, float, bool = false) { unary(n, 12, 3); }
+  // reads the mask and the one or two operands, writes y
+  static void where_forward(float*, const float*, const float*, const float* b, float,
+                            std::int64_t n) { unary(n, 1, b ? 4 : 3); }
+  // reads the mask and dy, writes (or adds into) each gradient asked for
+  static void where_backward(float* da, float* db, const float*, const float*, std::int64_t n,
+                             bool = false, bool = false) {
+    unary(n, 1, 2 + (da != nullptr) + (db != nullptr));
+  }
   static void dropout_forward(float*, const float*, std::int64_t n, float, std::uint64_t,
                               std::uint64_t) { unary(n, 20, 2); }
   static void dropout_backward(float*, const float*, std::int64_t n, float, std::uint64_t,
@@ -230,6 +243,15 @@ struct Meta {
   static void reduce_backward(float*, const float*, std::int64_t outer, std::int64_t len,
                               std::int64_t inner, float) {
     count(WorkKind::pointwise, 1.0 * outer * len * inner, F * (2.0 * outer * len * inner + outer * inner));
+  }
+  static void max_forward(float*, const float*, std::int64_t outer, std::int64_t len,
+                          std::int64_t inner) {
+    count(WorkKind::pointwise, 1.0 * outer * len * inner, F * (1.0 * outer * len * inner + outer * inner));
+  }
+  // reads x up to the max (counted whole), y and dy; adds into one element per column
+  static void max_backward(float*, const float*, const float*, const float*, std::int64_t outer,
+                           std::int64_t len, std::int64_t inner) {
+    count(WorkKind::pointwise, 1.0 * outer * len * inner, F * (1.0 * outer * len * inner + 4.0 * outer * inner));
   }
   static void copy_block(float*, std::int64_t, std::int64_t, const float*, std::int64_t,
                          std::int64_t, std::int64_t len, std::int64_t outer, std::int64_t inner,

@@ -25,7 +25,9 @@ REMAT_HOST_DEVICE inline float gelu_grad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * x * x);
 }
 
-enum class BinaryKind : int { add, sub, mul, div };
+// Binary maps. maximum / minimum pass the gradient to the operand they chose (a on a tie);
+// the comparisons give 1 or 0 and have no gradient (their ops detach them).
+enum class BinaryKind : int { add, sub, mul, div, maximum, minimum, gt, ge, lt, le, eq, ne };
 
 REMAT_HOST_DEVICE inline float binary(BinaryKind k, float a, float b) {
   switch (k) {
@@ -33,18 +35,28 @@ REMAT_HOST_DEVICE inline float binary(BinaryKind k, float a, float b) {
     case BinaryKind::sub: return a - b;
     case BinaryKind::mul: return a * b;
     case BinaryKind::div: return a / b;
+    case BinaryKind::maximum: return a >= b ? a : b;
+    case BinaryKind::minimum: return a <= b ? a : b;
+    case BinaryKind::gt: return a > b ? 1.0f : 0.0f;
+    case BinaryKind::ge: return a >= b ? 1.0f : 0.0f;
+    case BinaryKind::lt: return a < b ? 1.0f : 0.0f;
+    case BinaryKind::le: return a <= b ? 1.0f : 0.0f;
+    case BinaryKind::eq: return a == b ? 1.0f : 0.0f;
+    case BinaryKind::ne: return a != b ? 1.0f : 0.0f;
   }
   return 0.0f;
 }
 /// d(a op b)/da
-REMAT_HOST_DEVICE inline float binary_grad_a(BinaryKind k, float, float b) {
+REMAT_HOST_DEVICE inline float binary_grad_a(BinaryKind k, float a, float b) {
   switch (k) {
     case BinaryKind::add: return 1.0f;
     case BinaryKind::sub: return 1.0f;
     case BinaryKind::mul: return b;
     case BinaryKind::div: return 1.0f / b;
+    case BinaryKind::maximum: return a >= b ? 1.0f : 0.0f;
+    case BinaryKind::minimum: return a <= b ? 1.0f : 0.0f;
+    default: return 0.0f;  // comparisons
   }
-  return 0.0f;
 }
 /// d(a op b)/db
 REMAT_HOST_DEVICE inline float binary_grad_b(BinaryKind k, float a, float b) {
@@ -53,6 +65,85 @@ REMAT_HOST_DEVICE inline float binary_grad_b(BinaryKind k, float a, float b) {
     case BinaryKind::sub: return -1.0f;
     case BinaryKind::mul: return a;
     case BinaryKind::div: return -a / (b * b);
+    case BinaryKind::maximum: return a >= b ? 0.0f : 1.0f;
+    case BinaryKind::minimum: return a <= b ? 0.0f : 1.0f;
+    default: return 0.0f;  // comparisons
+  }
+}
+// Unary maps y = f(x; p, q), each with its derivative beside it. p and q are the op's scalar
+// attributes (pow's exponent; clamp's bounds); the others ignore them.
+//   exp      y = e^x                 dy/dx = e^x
+//   log      y = ln x                dy/dx = 1 / x
+//   sqrt     y = x^(1/2)             dy/dx = 1 / (2 sqrt x)
+//   rsqrt    y = x^(-1/2)            dy/dx = -1 / (2 x sqrt x)
+//   sigmoid  y = s = 1 / (1 + e^-x)  dy/dx = s (1 - s)
+//   silu     y = x s                 dy/dx = s (1 + x (1 - s))
+//   abs      y = |x|                 dy/dx = sign x (0 at 0)
+//   square   y = x^2                 dy/dx = 2 x
+//   pow      y = x^p                 dy/dx = p x^(p-1)  (0 where p = 0)
+//   clamp    y = min(max(x, p), q)   dy/dx = [p <= x <= q]
+//   sin      y = sin x               dy/dx = cos x
+//   cos      y = cos x               dy/dx = -sin x
+enum class UnaryKind : int { exp, log, sqrt, rsqrt, sigmoid, silu, abs, square, pow, clamp, sin, cos };
+
+inline const char* unary_name(UnaryKind k) {
+  switch (k) {
+    case UnaryKind::exp: return "exp";
+    case UnaryKind::log: return "log";
+    case UnaryKind::sqrt: return "sqrt";
+    case UnaryKind::rsqrt: return "rsqrt";
+    case UnaryKind::sigmoid: return "sigmoid";
+    case UnaryKind::silu: return "silu";
+    case UnaryKind::abs: return "abs";
+    case UnaryKind::square: return "square";
+    case UnaryKind::pow: return "pow";
+    case UnaryKind::clamp: return "clamp";
+    case UnaryKind::sin: return "sin";
+    case UnaryKind::cos: return "cos";
+  }
+  return "unary";
+}
+
+REMAT_HOST_DEVICE inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+REMAT_HOST_DEVICE inline float unary(UnaryKind k, float x, float p, float q) {
+  switch (k) {
+    case UnaryKind::exp: return std::exp(x);
+    case UnaryKind::log: return std::log(x);
+    case UnaryKind::sqrt: return std::sqrt(x);
+    case UnaryKind::rsqrt: return 1.0f / std::sqrt(x);
+    case UnaryKind::sigmoid: return sigmoid(x);
+    case UnaryKind::silu: return x * sigmoid(x);
+    case UnaryKind::abs: return std::fabs(x);
+    case UnaryKind::square: return x * x;
+    case UnaryKind::pow: return std::pow(x, p);
+    case UnaryKind::clamp: return x < p ? p : (x > q ? q : x);
+    case UnaryKind::sin: return std::sin(x);
+    case UnaryKind::cos: return std::cos(x);
+  }
+  return 0.0f;
+}
+/// dy/dx of unary(k, x, p, q), from x.
+REMAT_HOST_DEVICE inline float unary_grad(UnaryKind k, float x, float p, float q) {
+  switch (k) {
+    case UnaryKind::exp: return std::exp(x);
+    case UnaryKind::log: return 1.0f / x;
+    case UnaryKind::sqrt: return 0.5f / std::sqrt(x);
+    case UnaryKind::rsqrt: return -0.5f / (x * std::sqrt(x));
+    case UnaryKind::sigmoid: {
+      const float s = sigmoid(x);
+      return s * (1.0f - s);
+    }
+    case UnaryKind::silu: {
+      const float s = sigmoid(x);
+      return s * (1.0f + x * (1.0f - s));
+    }
+    case UnaryKind::abs: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+    case UnaryKind::square: return 2.0f * x;
+    case UnaryKind::pow: return p == 0.0f ? 0.0f : p * std::pow(x, p - 1.0f);
+    case UnaryKind::clamp: return x >= p && x <= q ? 1.0f : 0.0f;
+    case UnaryKind::sin: return std::cos(x);
+    case UnaryKind::cos: return -std::sin(x);
   }
   return 0.0f;
 }

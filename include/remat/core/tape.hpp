@@ -215,6 +215,29 @@ class Tape {
     t.impl()->requires_grad = requires_grad;
     return t;
   }
+  /// A tensor with every element `value` (filled where it lives: nothing is uploaded).
+  Tensor<B> full(const Shape& shape, float value, bool requires_grad = false,
+                 Category c = Category::temporaries) {
+    shape.check_concrete("Tape::full");
+    auto t = detail::make_tensor<B>(this, shape, DType::f32, c);
+    B::fill(t.template data<float>(), t.numel(), value);
+    t.impl()->requires_grad = requires_grad;
+    return t;
+  }
+  /// A tensor of ones.
+  Tensor<B> ones(const Shape& shape, bool requires_grad = false,
+                 Category c = Category::temporaries) {
+    return full(shape, 1.0f, requires_grad, c);
+  }
+  /// start, start + step, ..., start + (n - 1) step: a constant f32 [n], each value computed
+  /// in double on the host and copied in (for tables made once, such as RoPE's angles).
+  Tensor<B> arange(std::int64_t n, float start = 0.0f, float step = 1.0f) {
+    REMAT_CHECK(n >= 0, "remat::Tape::arange: ", n, " elements (expected n >= 0)");
+    std::vector<float> h(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < h.size(); ++i)
+      h[i] = static_cast<float>(static_cast<double>(start) + static_cast<double>(i) * step);
+    return input(Shape{n}, h);
+  }
   /// A tensor of N(0, std^2) draws from the counter-based generator (reproducible anywhere).
   Tensor<B> randn(const Shape& shape, float std, std::uint64_t seed, bool requires_grad = false,
                   Category c = Category::temporaries) {

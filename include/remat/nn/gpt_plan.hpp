@@ -23,7 +23,7 @@
 #include "remat/core/grad_mode.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/plan/chain.hpp"
-#include "remat/plan/estimate.hpp"
+#include "remat/nn/gpt_estimate.hpp"
 #include "remat/plan/planner.hpp"
 
 namespace remat {

@@ -1,12 +1,14 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// Elementwise arithmetic: add, sub, mul, div of two tensors (NumPy's broadcasting, in either
-// operand order: a bias (C) against (B, T, C)), scalar forms, operators.
+// Elementwise binary ops: add, sub, mul, div, maximum, minimum of two tensors (NumPy's
+// broadcasting, in either operand order: a bias (C) against (B, T, C)), scalar forms,
+// operators, and comparison masks (gt, ge, lt, le, eq, ne: 1 or 0, no gradient).
 
 #include <algorithm>
 #include <array>
 
 #include "remat/core/apply.hpp"
+#include "remat/core/grad_mode.hpp"
 #include "remat/core/math.hpp"
 #include "remat/ops/matmul.hpp"
 #include "remat/ops/view.hpp"
@@ -114,8 +116,10 @@ Tensor<B> apply_broadcast(const Tensor<B>& a, const Tensor<B>& b, math::BinaryKi
 }  // namespace detail
 
 // y = a op b, broadcast as NOTE [broadcasting].
-// d/da: add 1, sub 1, mul b, div 1/b;  d/db: add 1, sub -1, mul a, div -a/b^2;
-// a broadcast operand's gradient is summed over the leading (broadcast) dimensions.
+// d/da: add 1, sub 1, mul b, div 1/b, maximum [a >= b], minimum [a <= b];
+// d/db: add 1, sub -1, mul a, div -a/b^2, maximum [a < b], minimum [a > b]
+// (core/math.hpp; comparisons have none); a broadcast operand's gradient is summed over the
+// leading (broadcast) dimensions.
 struct BinaryOp {
   static constexpr const char* name = "binary";
   template <class B>
@@ -147,7 +151,8 @@ struct BinaryOp {
     keep_operands(s, a, b);
   }
   // Keep only what the gradients read: d/da of mul needs b, d/db needs a; div needs b for
-  // both and a for d/db. add and sub keep nothing.
+  // both and a for d/db; maximum and minimum compare both. add, sub and comparisons keep
+  // nothing.
   template <class B>
   static void keep_operands(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& b) {
     const auto kind = s.kind;
@@ -159,6 +164,11 @@ struct BinaryOp {
     } else if (kind == math::BinaryKind::div) {
       if (gb) s.a = a;
       s.b = b;
+    } else if (kind == math::BinaryKind::maximum || kind == math::BinaryKind::minimum) {
+      if (ga || gb) {
+        s.a = a;
+        s.b = b;
+      }
     }
   }
   // a + b, a - b: da = dy, so a's buffer may be dy itself (not broadcast); a + b's b likewise
@@ -230,6 +240,49 @@ template <class B> Tensor<B> mul(const Tensor<B>& a, const Tensor<B>& b) {
 template <class B> Tensor<B> div(const Tensor<B>& a, const Tensor<B>& b) {
   return detail::apply_broadcast<BinaryOp>(a, b, math::BinaryKind::div, "div");
 }
+/// max(a, b) elementwise (NumPy broadcasting); the gradient goes to a on a tie.
+template <class B> Tensor<B> maximum(const Tensor<B>& a, const Tensor<B>& b) {
+  return detail::apply_broadcast<BinaryOp>(a, b, math::BinaryKind::maximum, "maximum");
+}
+/// min(a, b) elementwise (NumPy broadcasting); the gradient goes to a on a tie.
+template <class B> Tensor<B> minimum(const Tensor<B>& a, const Tensor<B>& b) {
+  return detail::apply_broadcast<BinaryOp>(a, b, math::BinaryKind::minimum, "minimum");
+}
+
+namespace detail {
+/// A comparison mask: 1.0f where a op b holds, else 0.0f; a constant (no gradient flows
+/// through a comparison, so it is computed unrecorded and detached).
+template <class B>
+Tensor<B> compare(const Tensor<B>& a, const Tensor<B>& b, math::BinaryKind kind, const char* op) {
+  NoGrad unrecorded;
+  return detach(apply_broadcast<BinaryOp>(a, b, kind, op));
+}
+template <class B>
+Tensor<B> compare(const Tensor<B>& a, float b, math::BinaryKind kind, const char* op) {
+  REMAT_CHECK(a.defined(), "remat::", op, ": input 0 is an undefined tensor (hint: was it "
+              "assigned the result of an op?)");
+  Tensor<B> s = make_tensor<B>(&a.tape(), Shape{1});
+  B::fill(s.template data<float>(), 1, b);
+  return compare(a, s, kind, op);
+}
+}  // namespace detail
+
+/// Masks (1.0f where the comparison holds, else 0.0f; no gradient), NumPy broadcasting, for
+/// where() and for arithmetic: a > b, a >= b, a < b, a <= b, a == b, a != b.
+template <class B> Tensor<B> gt(const Tensor<B>& a, const Tensor<B>& b) { return detail::compare(a, b, math::BinaryKind::gt, "gt"); }
+template <class B> Tensor<B> ge(const Tensor<B>& a, const Tensor<B>& b) { return detail::compare(a, b, math::BinaryKind::ge, "ge"); }
+template <class B> Tensor<B> lt(const Tensor<B>& a, const Tensor<B>& b) { return detail::compare(a, b, math::BinaryKind::lt, "lt"); }
+template <class B> Tensor<B> le(const Tensor<B>& a, const Tensor<B>& b) { return detail::compare(a, b, math::BinaryKind::le, "le"); }
+template <class B> Tensor<B> eq(const Tensor<B>& a, const Tensor<B>& b) { return detail::compare(a, b, math::BinaryKind::eq, "eq"); }
+template <class B> Tensor<B> ne(const Tensor<B>& a, const Tensor<B>& b) { return detail::compare(a, b, math::BinaryKind::ne, "ne"); }
+/// The same against a scalar: gt(x, 0.0f) is 1 where x > 0.
+template <class B> Tensor<B> gt(const Tensor<B>& a, float b) { return detail::compare(a, b, math::BinaryKind::gt, "gt"); }
+template <class B> Tensor<B> ge(const Tensor<B>& a, float b) { return detail::compare(a, b, math::BinaryKind::ge, "ge"); }
+template <class B> Tensor<B> lt(const Tensor<B>& a, float b) { return detail::compare(a, b, math::BinaryKind::lt, "lt"); }
+template <class B> Tensor<B> le(const Tensor<B>& a, float b) { return detail::compare(a, b, math::BinaryKind::le, "le"); }
+template <class B> Tensor<B> eq(const Tensor<B>& a, float b) { return detail::compare(a, b, math::BinaryKind::eq, "eq"); }
+template <class B> Tensor<B> ne(const Tensor<B>& a, float b) { return detail::compare(a, b, math::BinaryKind::ne, "ne"); }
+
 /// scale * x + shift, elementwise
 template <class B> Tensor<B> affine(const Tensor<B>& x, float scale, float shift) {
   return detail::apply<AffineOp>(std::array<Tensor<B>, 1>{x}, scale, shift);

@@ -11,10 +11,15 @@
 //   // any statements: their peak of saved activations at most N bytes
 //   REMAT_REQUIRE_PEAK_SAVED_AT_MOST(remat::Cpu, N, tape.backward(model.loss(x, y)));
 //
+//   // an op's or a layer's backward against finite differences (CPU tensors)
+//   REMAT_REQUIRE_GRADCHECK(tape, fn, inputs);            // fn(const std::vector<Tensor>&)
+//   REMAT_REQUIRE_GRADCHECK_WITH(tape, fn, inputs, opts); // remat::testing::GradcheckOptions
+//
 // watch: the tensors whose gradients are compared (parameters, inputs that require grad).
 // Dropout inside is fine: both runs start from the same RNG counter.
 
 #include "remat/testing/equivalence.hpp"
+#include "remat/testing/gradcheck.hpp"
 
 #define REMAT_REQUIRE_CHECKPOINT_EQUIVALENT(tape, fn, watch, ...)                         \
   do {                                                                                     \
@@ -45,3 +50,13 @@
     INFO("peak saved activations: " << remat_peak_ << " bytes");                           \
     REQUIRE(remat_peak_ <= static_cast<std::int64_t>(max_bytes));                          \
   } while (0)
+
+#define REMAT_REQUIRE_GRADCHECK_WITH(tape, fn, inputs, options)                            \
+  do {                                                                                     \
+    const auto remat_gc_ = ::remat::testing::gradcheck(tape, fn, inputs, options);         \
+    INFO("remat gradcheck: " << remat_gc_.detail);                                         \
+    REQUIRE(remat_gc_.ok);                                                                 \
+  } while (0)
+
+#define REMAT_REQUIRE_GRADCHECK(tape, fn, inputs) \
+  REMAT_REQUIRE_GRADCHECK_WITH(tape, fn, inputs, ::remat::testing::GradcheckOptions{})

@@ -19,6 +19,14 @@
 
 #include <Eigen/Core>
 
+// A plain `-I include` build without -DEIGEN_USE_BLAS multiplies matrices with Eigen's own
+// kernels, without OpenMP about 2.3x slower than OpenBLAS (the issue-26 measurement): say so
+// at compile time. The CMake target remat::remat sets up OpenBLAS and OpenMP, and defines
+// REMAT_NO_BLAS_NOTICE where OpenBLAS is off or missing (its configure step says so instead).
+#if !defined(EIGEN_USE_BLAS) && !defined(REMAT_NO_BLAS_NOTICE)
+#pragma message("remat: CPU matrix products use Eigen's own kernels (EIGEN_USE_BLAS is not defined), slower than OpenBLAS; link the CMake target remat::remat, or compile with -DEIGEN_USE_BLAS -DREMAT_HAVE_OPENBLAS=1 -fopenmp and link -lopenblas (Debian: libopenblas-openmp-dev); -DREMAT_NO_BLAS_NOTICE silences this")
+#endif
+
 namespace remat {
 namespace cpu {
 

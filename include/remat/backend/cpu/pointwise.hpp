@@ -1,7 +1,8 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // CPU backend, part 3: elementwise kernels (binary with trailing broadcast, affine, activations,
-// dropout), reductions over an axis and block copies (slice, concat, permute).
+// the unary maps of core/math.hpp, where, dropout), reductions over an axis (sum, max) and
+// block copies (slice, concat, permute).
 // Kernel arguments go outputs, inputs, then sizes; gradient outputs accumulate (+=).
 
 #include <algorithm>
@@ -50,6 +51,8 @@ struct CpuPointwise {
           case math::BinaryKind::sub: Y = A - Bv; break;
           case math::BinaryKind::mul: Y = A * Bv; break;
           case math::BinaryKind::div: Y = A / Bv; break;
+          default:  // selections and comparisons: the shared scalar formula
+            for (std::int64_t j = 0; j < inner; ++j) Y[j] = math::binary(k, A[j], Bv[j]);
         }
       }
     });
@@ -80,6 +83,10 @@ struct CpuPointwise {
             if (wrt_a) D += G / Bv;
             else D -= G * A / (Bv * Bv);
             break;
+          default:  // selections (comparisons have no gradient: their ops detach them)
+            for (std::int64_t j = 0; j < inner; ++j)
+              D[j] += G[j] * (wrt_a ? math::binary_grad_a(k, A[j], Bv[j])
+                                    : math::binary_grad_b(k, A[j], Bv[j]));
         }
       };
       if (d_bcast) {
@@ -157,6 +164,71 @@ struct CpuPointwise {
     parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
       ArrMap(dx + b, e - b) +=
           ConstArrMap(dy + b, e - b) * (1.0f - ConstArrMap(y + b, e - b).square());
+    });
+  }
+
+  /// y = f(x; p, q), the map `k` of core/math.hpp
+  static void unary_forward(math::UnaryKind k, float* y, const float* x, std::int64_t n,
+                            float p, float q) {
+    parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) y[i] = math::unary(k, x[i], p, q);
+    });
+  }
+  /// dx += dy f'(x; p, q)  (set: =)
+  static void unary_backward(math::UnaryKind k, float* dx, const float* x, const float* dy,
+                             std::int64_t n, float p, float q, bool set = false) {
+    parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const float d = dy[i] * math::unary_grad(k, x[i], p, q);
+        dx[i] = set ? d : dx[i] + d;
+      }
+    });
+  }
+
+  /// y = m != 0 ? a : b elementwise; b null: the constant b_value
+  static void where_forward(float* y, const float* m, const float* a, const float* b,
+                            float b_value, std::int64_t n) {
+    parallel_for(n, kGrain, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) y[i] = m[i] != 0.0f ? a[i] : (b ? b[i] : b_value);
+    });
+  }
+  /// da += dy [m != 0], db += dy [m == 0]; either may be null (set_a / set_b: =)
+  static void where_backward(float* da, float* db, const float* m, const float* dy,
+                             std::int64_t n, bool set_a = false, bool set_b = false) {
+    parallel_for(n, kGrain, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        const bool pick = m[i] != 0.0f;
+        if (da) da[i] = (set_a ? 0.0f : da[i]) + (pick ? dy[i] : 0.0f);
+        if (db) db[i] = (set_b ? 0.0f : db[i]) + (pick ? 0.0f : dy[i]);
+      }
+    });
+  }
+
+  /// y (outer, inner) = max over the middle axis of x (outer, n, inner); n >= 1
+  static void max_forward(float* y, const float* x, std::int64_t outer, std::int64_t n,
+                          std::int64_t inner) {
+    parallel_for(outer, 1, [&](std::int64_t ob, std::int64_t oe) {
+      for (std::int64_t o = ob; o < oe; ++o) {
+        ArrMap Y(y + o * inner, inner);
+        Y = ConstArrMap(x + o * n * inner, inner);
+        for (std::int64_t k = 1; k < n; ++k) Y = Y.max(ConstArrMap(x + (o * n + k) * inner, inner));
+      }
+    });
+  }
+  /// dx (outer, n, inner) += dy at the first k where x equals the max y (as PyTorch's max(dim))
+  static void max_backward(float* dx, const float* x, const float* y, const float* dy,
+                           std::int64_t outer, std::int64_t n, std::int64_t inner) {
+    parallel_for(outer * inner, kGrain / (n + 1) + 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r) {
+        const std::int64_t o = r / inner, j = r % inner;
+        for (std::int64_t k = 0; k < n; ++k) {
+          const std::int64_t at = (o * n + k) * inner + j;
+          if (x[at] == y[r]) {
+            dx[at] += dy[r];
+            break;
+          }
+        }
+      }
     });
   }
 

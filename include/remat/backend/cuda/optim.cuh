@@ -209,7 +209,7 @@ __global__ void clip_factor_kernel(float* norm, float* factor, const double* tot
                                    std::int64_t count, float max_norm) {
   double t = 0.0;
   for (std::int64_t k = 0; k < count; ++k) t += totals[k];
-  const float n = static_cast<float>(sqrt(t));
+  const float n = static_cast<float>(std::sqrt(t));
   norm[0] = n;
   factor[0] = max_norm / (n + 1e-6f);
 }

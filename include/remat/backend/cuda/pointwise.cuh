@@ -1,7 +1,7 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// CUDA pointwise kernels: binary with trailing broadcast, affine, GELU, ReLU, tanh, dropout,
-// broadcast rows. The per-element math is core/math.hpp's (shared with the CPU tests) and the
+// CUDA pointwise kernels: binary with trailing broadcast, affine, GELU, ReLU, tanh, the unary
+// maps of core/math.hpp, where, max over an axis, dropout, broadcast rows. The per-element math is core/math.hpp's (shared with the CPU tests) and the
 // dropout masks come from the same Philox stream as the CPU's, so masks match across backends.
 // Broadcast gradients are summed by deterministic column sums (colsum.cuh).
 
@@ -75,6 +75,56 @@ __global__ void tanh_forward_kernel(float* y, const float* x, std::int64_t n) {
 template <int = 0>
 __global__ void tanh_backward_kernel(float* dx, const float* y, const float* dy, std::int64_t n) {
   REMAT_GRID_STRIDE(i, n) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+}
+template <int = 0>
+__global__ void unary_forward_kernel(math::UnaryKind k, float* y, const float* x, std::int64_t n,
+                                     float p, float q) {
+  REMAT_GRID_STRIDE(i, n) y[i] = math::unary(k, x[i], p, q);
+}
+template <int = 0>
+__global__ void unary_backward_kernel(math::UnaryKind k, float* dx, const float* x,
+                                      const float* dy, std::int64_t n, float p, float q, bool set) {
+  REMAT_GRID_STRIDE(i, n) {
+    const float d = dy[i] * math::unary_grad(k, x[i], p, q);
+    dx[i] = set ? d : dx[i] + d;
+  }
+}
+template <int = 0>
+__global__ void where_forward_kernel(float* y, const float* m, const float* a, const float* b,
+                                     float b_value, std::int64_t n) {
+  REMAT_GRID_STRIDE(i, n) y[i] = m[i] != 0.0f ? a[i] : (b ? b[i] : b_value);
+}
+template <int = 0>
+__global__ void where_backward_kernel(float* da, float* db, const float* m, const float* dy,
+                                      std::int64_t n, bool set_a, bool set_b) {
+  REMAT_GRID_STRIDE(i, n) {
+    const bool pick = m[i] != 0.0f;
+    if (da) da[i] = (set_a ? 0.0f : da[i]) + (pick ? dy[i] : 0.0f);
+    if (db) db[i] = (set_b ? 0.0f : db[i]) + (pick ? 0.0f : dy[i]);
+  }
+}
+// A thread per output (o, j) walks the n elements of its column: x (outer, n, inner).
+template <int = 0>
+__global__ void max_forward_kernel(float* y, const float* x, std::int64_t outer, std::int64_t n,
+                                   std::int64_t inner) {
+  REMAT_GRID_STRIDE(r, outer * inner) {
+    const float* col = x + (r / inner) * n * inner + r % inner;
+    float m = col[0];
+    for (std::int64_t k = 1; k < n; ++k) m = fmaxf(m, col[k * inner]);
+    y[r] = m;
+  }
+}
+template <int = 0>
+__global__ void max_backward_kernel(float* dx, const float* x, const float* y, const float* dy,
+                                    std::int64_t outer, std::int64_t n, std::int64_t inner) {
+  REMAT_GRID_STRIDE(r, outer * inner) {
+    const std::int64_t base = (r / inner) * n * inner + r % inner;
+    for (std::int64_t k = 0; k < n; ++k)
+      if (x[base + k * inner] == y[r]) {
+        dx[base + k * inner] += dy[r];
+        break;
+      }
+  }
 }
 template <int = 0>
 __global__ void dropout_kernel(float* out, const float* in, std::int64_t n, float p,
@@ -163,6 +213,40 @@ struct CudaPointwise {
   static void tanh_backward(float* dx, const float* y, const float* dy, std::int64_t n) {
     if (n == 0) return;
     REMAT_CUDA_LAUNCH(tanh_backward_kernel<>, grid_for(n), 256, 0, s(), dx, y, dy, n);
+  }
+  static void unary_forward(math::UnaryKind k, float* y, const float* x, std::int64_t n, float p,
+                            float q) {
+    if (n == 0) return;
+    REMAT_CUDA_LAUNCH(unary_forward_kernel<>, grid_for(n), 256, 0, s(), k, y, x, n, p, q);
+  }
+  static void unary_backward(math::UnaryKind k, float* dx, const float* x, const float* dy,
+                             std::int64_t n, float p, float q, bool set = false) {
+    if (n == 0) return;
+    REMAT_CUDA_LAUNCH(unary_backward_kernel<>, grid_for(n), 256, 0, s(), k, dx, x, dy, n, p, q,
+                      set);
+  }
+  static void where_forward(float* y, const float* m, const float* a, const float* b,
+                            float b_value, std::int64_t n) {
+    if (n == 0) return;
+    REMAT_CUDA_LAUNCH(where_forward_kernel<>, grid_for(n), 256, 0, s(), y, m, a, b, b_value, n);
+  }
+  static void where_backward(float* da, float* db, const float* m, const float* dy,
+                             std::int64_t n, bool set_a = false, bool set_b = false) {
+    if (n == 0 || (!da && !db)) return;
+    REMAT_CUDA_LAUNCH(where_backward_kernel<>, grid_for(n), 256, 0, s(), da, db, m, dy, n, set_a,
+                      set_b);
+  }
+  static void max_forward(float* y, const float* x, std::int64_t outer, std::int64_t n,
+                          std::int64_t inner) {
+    if (outer * inner == 0) return;
+    REMAT_CUDA_LAUNCH(max_forward_kernel<>, grid_for(outer * inner), 256, 0, s(), y, x, outer, n,
+                      inner);
+  }
+  static void max_backward(float* dx, const float* x, const float* y, const float* dy,
+                           std::int64_t outer, std::int64_t n, std::int64_t inner) {
+    if (outer * inner == 0) return;
+    REMAT_CUDA_LAUNCH(max_backward_kernel<>, grid_for(outer * inner), 256, 0, s(), dx, x, y, dy,
+                      outer, n, inner);
   }
   static void dropout_forward(float* y, const float* x, std::int64_t n, float p, std::uint64_t seed,
                               std::uint64_t offset) {
