@@ -91,7 +91,12 @@ int main(int argc, char** argv) {
   app.add_option("--global-batch", f.global_batch, "sequences per step over all ranks: sets the "
                  "micro-steps to global / (ranks x --batch), which must divide")->check(CLI::PositiveNumber);
   app.add_option("--steps", f.steps, "total steps (a resumed run continues up to it)")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", f.lr, "learning rate");
+  app.add_option("--lr", f.lr, "learning rate (the peak, with --lr-schedule cosine)");
+  app.add_option("--lr-schedule", f.lr_schedule,
+                 "constant, or cosine: linear warmup over --warmup steps, then cosine decay "
+                 "towards --min-lr over the run (llm.c's schedule)");
+  app.add_option("--warmup", f.warmup, "steps of linear warmup (--lr-schedule cosine)");
+  app.add_option("--min-lr", f.min_lr, "the rate cosine decay ends at (default 0)");
   app.add_option("--seed", f.seed, "seed of the initialization and of dropout");
   app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: off)");
   app.add_option("--threads", f.threads, "CPU threads")->check(CLI::PositiveNumber);

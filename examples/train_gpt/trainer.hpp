@@ -39,6 +39,7 @@
 #include <remat/nn/gpt_plan.hpp>
 #include <remat/optim/adamw.hpp>
 #include <remat/optim/grad.hpp>
+#include <remat/optim/schedule.hpp>
 #include <remat/optim/sgd.hpp>
 #include <remat/text/gpt2_tokenizer.hpp>
 
@@ -50,6 +51,9 @@ using namespace remat;
 struct Flags {
   int layers = 4, d = 128, heads = 0, seq = 128, vocab = 256, batch = 8, steps = 50, threads = 2;
   float lr = 3e-4f, grad_clip = 1.0f, momentum = 0.0f, weight_decay = 0.0f, dropout = 0.0f;
+  std::string lr_schedule = "constant";  // or cosine: --warmup steps, then decay to --min-lr
+  int warmup = 0;
+  float min_lr = 0.0f;
   float temperature = 1.0f, bucket_mib = 25.0f;
   std::uint64_t seed = 1337;
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
@@ -144,6 +148,14 @@ inline void validate(const Flags& f, const CLI::App& app) {
     REMAT_CHECK(ok, "train_gpt: ", flag, " ", v, " is out of range (expected ", expected, ")");
   };
   expect(std::isfinite(f.lr) && f.lr >= 0.0f, "--lr", f.lr, "a finite learning rate >= 0");
+  REMAT_CHECK(f.lr_schedule == "constant" || f.lr_schedule == "cosine", "train_gpt: "
+              "--lr-schedule '", f.lr_schedule, "' is not a schedule (expected constant, or "
+              "cosine: --warmup steps of linear warmup, then cosine decay towards --min-lr over "
+              "the run)");
+  expect(f.warmup >= 0 && (f.lr_schedule == "constant" || f.warmup < std::max(f.steps, 1)),
+         "--warmup", f.warmup, "0 <= warmup < --steps");
+  expect(std::isfinite(f.min_lr) && f.min_lr >= 0.0f && f.min_lr <= f.lr, "--min-lr", f.min_lr,
+         "a rate between 0 and --lr");
   expect(std::isfinite(f.weight_decay) && f.weight_decay >= 0.0f, "--weight-decay", f.weight_decay,
          "a finite weight decay >= 0");
   expect(std::isfinite(f.grad_clip) && f.grad_clip >= 0.0f, "--grad-clip", f.grad_clip,
@@ -760,8 +772,18 @@ int train(Flags f, const CLI::App& app, dist::Comm& comm) {
   };
   auto stopping = [&]() { return par.ranks == 1 ? g_signal : agreed; };
   double total = 0;
+  // The rate of each update from its index (resumed runs included): constant, or warmup then
+  // cosine decay over the whole run (optim::LrSchedule).
+  const optim::LrSchedule schedule =
+      f.lr_schedule == "cosine"
+          ? optim::LrSchedule::warmup_cosine(f.lr, f.min_lr, f.warmup, std::max(f.steps, 1))
+          : optim::LrSchedule::constant(f.lr);
   for (int step = start; step < f.steps && stopping() == 0; ++step) {
     reset_peak_memory<B>();
+    const float lr_now = schedule.at(step);
+    if (use_adamw) use_adamw->options().lr = lr_now;
+    if (use_sgd) use_sgd->options().lr = lr_now;
+    if (sharded) sharded->options().lr = lr_now;
     const auto t0 = std::chrono::steady_clock::now();
     batches.next(x, y);
     // NOTE [re-plan on out of memory]: a step that runs out of memory is dropped whole (its
@@ -835,16 +857,19 @@ int train(Flags f, const CLI::App& app, dist::Comm& comm) {
                       rs.pack_s, static_cast<long long>(mem.live_of(Category::optimizer_state)));
         comm_json = b;
       }
-      std::printf("{\"step\":%d,\"loss\":%.9g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"peak_bytes\":%lld,"
-                  "\"peak_saved_bytes\":%lld%s%s}\n",
-                  step + 1, l, dt, tps, static_cast<long long>(mem.peak_total),
+      std::printf("{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
+                  "\"peak_bytes\":%lld,\"peak_saved_bytes\":%lld%s%s}\n",
+                  step + 1, l, static_cast<double>(lr_now), dt, tps, static_cast<long long>(mem.peak_total),
                   static_cast<long long>(mem.peak_of(Category::activations)), comm_json.c_str(),
                   replanned.empty() ? "" : (",\"replanned\":\"" + c.checkpoint.str() + ": " + replanned + "\"").c_str());
       std::fflush(stdout);
     } else if (tty || step + 1 == f.steps || (step + 1) % 10 == 0) {
       const double eta = total / (step + 1 - start) * (f.steps - step - 1);
-      std::printf("%sstep %d/%d | loss %.4f | %.0f tok/s | peak %.1f MiB | ETA %s%s%s", tty ? "\r" : "",
-                  step + 1, f.steps, l, tps, mem.peak_total / 1048576.0, fmt_duration(eta).c_str(),
+      char lr_part[40] = "";
+      if (f.lr_schedule != "constant")
+        std::snprintf(lr_part, sizeof lr_part, " | lr %.3g", static_cast<double>(lr_now));
+      std::printf("%sstep %d/%d | loss %.4f%s | %.0f tok/s | peak %.1f MiB | ETA %s%s%s", tty ? "\r" : "",
+                  step + 1, f.steps, l, lr_part, tps, mem.peak_total / 1048576.0, fmt_duration(eta).c_str(),
                   replanned.empty() ? "" : " | re-planned", tty ? "   " : "\n");
       std::fflush(stdout);
     }

@@ -16,6 +16,7 @@
 #include "remat/checkpoint/checkpoint.hpp"
 #include "remat/checkpoint/policy.hpp"
 #include "remat/core/apply.hpp"
+#include "remat/core/custom_op.hpp"
 #include "remat/core/error.hpp"
 #include "remat/core/flat.hpp"
 #include "remat/core/grad_mode.hpp"

@@ -186,5 +186,21 @@ else
 fi
 fi
 
+# --lr-schedule cosine (issue 26): the rate of each of 5 steps, computed by hand. Peak 1e-3,
+# --min-lr 1e-4, --warmup 2: 1e-3 x 1/2, 1e-3 x 2/2; then cosine over steps 2..4 of 5
+# (r = 0, 1/3, 2/3): 1e-3, 1e-4 + 9e-4 (1 + cos(pi/3)) / 2 = 7.75e-4, and 3.25e-4.
+"$BIN" "${small[@]}" --steps 5 --lr 1e-3 --lr-schedule cosine --warmup 2 --min-lr 1e-4 --json \
+  > "$DIR/lr.jsonl" 2>"$DIR/err" || bad "cosine schedule run: $(cat "$DIR/err")"
+lrs=$(grep -o '"lr":[^,]*' "$DIR/lr.jsonl" | cut -d: -f2 | tr '\n' ' ')
+if perl -e 'my @e = (5e-4, 1e-3, 1e-3, 7.75e-4, 3.25e-4); my @g = split " ", $ARGV[0];
+            exit 1 unless @g == @e; for (0..$#e) { exit 1 if abs($g[$_] - $e[$_]) > 1e-6 * $e[$_] }' "$lrs"; then
+  ok "warmup + cosine: the hand-computed rates of 5 steps"; else bad "cosine schedule: rates [$lrs]"; fi
+constant=$(grep -o '"lr":[^,]*' "$DIR/full.jsonl" | sort -u)
+if [ "$constant" = '"lr":0.000300000014' ]; then ok "the default schedule is constant (--lr)"; else
+  bad "constant schedule: rates [$constant]"; fi
+expect_error "an unknown schedule" "--lr-schedule 'linear' is not a schedule" "${small[@]}" --steps 2 --lr-schedule linear
+expect_error "warmup as long as the run" "--warmup 5 is out of range" "${small[@]}" --steps 5 --lr-schedule cosine --warmup 5
+expect_error "a final rate above the peak" "--min-lr 0.01 is out of range" "${small[@]}" --steps 5 --lr 1e-3 --lr-schedule cosine --min-lr 1e-2
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

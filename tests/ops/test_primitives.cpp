@@ -287,3 +287,17 @@ TEST_CASE("the public gradcheck passes a right backward and names a wrong one",
   CHECK_FALSE(lost.ok);
   CHECK(lost.detail.find("input 1 ([2]) requires a gradient but got none") != std::string::npos);
 }
+
+TEST_CASE("a mask made inside a checkpointed segment is freed with the segment's interior",
+          "[ops][primitives][checkpoint]") {
+  // A comparison's mask is a constant (detached) made inside the segment: nothing of it may
+  // outlive the first run, and the replay makes it again for the gradient.
+  Tape<Cpu> tape;
+  const T x = tape.randn({64, 64}, 1.0f, 1, true);
+  const std::int64_t before = memory_stats<Cpu>().live_total;
+  T y = checkpoint([](const T& in) { return where(gt(in, 0.0f), in * 2.0f, in); }, x);
+  CHECK(memory_stats<Cpu>().live_total - before == 64 * 64 * 4);  // y only
+  tape.backward(sum(y));
+  const auto g = x.grad().to_vector(), xs = x.to_vector();
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == (xs[i] > 0.0f ? 2.0f : 1.0f));
+}

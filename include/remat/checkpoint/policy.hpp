@@ -23,9 +23,25 @@ inline Policy recompute_all() { return Policy{}; }
 
 namespace detail {
 inline bool is_op(const OpInfo& op, const char* name) { return std::strcmp(op.op, name) == 0; }
+// Roles, not classes: what the policies below decide on, on any model.
+/// A product with a weight: linear and mlp, and a matmul taking a parameter (a model's own
+/// x @ W, written without nn::Linear).
+inline bool is_weight_product(const OpInfo& op) {
+  return is_op(op, "linear") || is_op(op, "mlp") || (is_op(op, "matmul") && op.with_weight);
+}
+/// A copy that reorders or gathers (permute, slice, concat): recomputed from its input for
+/// the cost of a copy, so kept only by a policy that asks for everything.
+inline bool is_copy(const OpInfo& op) {
+  return is_op(op, "permute") || is_op(op, "slice") || is_op(op, "concat");
+}
+/// The attention core (scores, softmax, times values), fused into one op.
+inline bool is_attention_core(const OpInfo& op) {
+  return is_op(op, "attention") || is_op(op, "self_attention");
+}
 }  // namespace detail
 
-/// Keep the outputs of the linear layers; recompute everything else in the segment: layer
+/// Keep the outputs of the products with a weight (linear layers, however written: linear,
+/// mlp, a matmul taking a parameter); recompute everything else in the segment: layer
 /// norms, pointwise ops (GELU, residual adds, dropout) and the attention core. A fused MLP
 /// (remat::mlp: two linear layers with the GELU between them inside its GEMMs) keeps its state
 /// less the GELU's output (its input, its first layer's output, and its own output; backward
@@ -36,7 +52,7 @@ inline Policy save_linear() {
   Policy p;
   p.name = "save_linear";
   p.keep_state = true;  // for the fused MLP only
-  p.keep_op = [](const OpInfo& op) { return detail::is_op(op, "linear") || detail::is_op(op, "mlp"); };
+  p.keep_op = [](const OpInfo& op) { return detail::is_weight_product(op); };
   return p;
 }
 
@@ -57,14 +73,16 @@ inline Policy save_all_but_attention() {
 /// except the attention core, the only op recomputed in backward. Here the core is one fused op
 /// (attention, self_attention: scores, softmax, probabilities times values), so a segment drops
 /// its state (lse, B H T floats, or the probabilities, B H T T, on a materialized path) and
-/// replays nothing else. A model that writes
-/// the core as separate matmul and softmax ops needs policy::custom to say which those are.
+/// replays nothing else but copies (permute, slice, concat: a model's head split and merge),
+/// which it recomputes from their inputs rather than keep a second copy of each. A model that
+/// writes the core as separate matmul and softmax ops needs policy::custom to say which those
+/// are.
 inline Policy megatron_selective() {
   Policy p;
   p.name = "megatron_selective";
   p.keep_state = true;
   p.keep_op = [](const OpInfo& op) {
-    return std::strcmp(op.op, "self_attention") != 0 && std::strcmp(op.op, "attention") != 0;
+    return !detail::is_attention_core(op) && !detail::is_copy(op);
   };
   return p;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // detail::apply<Op>: runs an op's forward and records a node when grad mode is on and an input
-// requires grad. Ops never touch the tape themselves.
+// requires grad. Ops never touch the tape themselves. The public face of this recipe, for ops
+// written outside the library, is core/custom_op.hpp (remat::apply_op, NOTE [writing an op]).
 //
 // An op is a struct:
 //   static constexpr const char* name = "gelu";
@@ -35,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "remat/core/grad_mode.hpp"
 #include "remat/core/tape.hpp"
 
 namespace remat {
@@ -131,6 +133,7 @@ struct OpBody final : NodeBody<B> {
                   "(optimizer.step(), loading weights) only after backward(), or run the forward "
                   "pass again after the write");
     });
+    NoGrad inside_the_op;  // a backward of tensor ops records nothing (core/custom_op.hpp)
     if constexpr (writes_fresh_grads<Op, B>::value)
       Op::backward(saved, douts[0], dinp, tape.fresh_grads());
     else
@@ -298,7 +301,10 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
     const Policy* pol = top.policy;
     if (needs && pol && pol->keep_op && (keepable || (pol->keep_state && top.kept_state))) {
       const Shape& shape = out.shape();
-      if (pol->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes()), keepable})) {
+      bool with_weight = false;
+      for (const Tensor<B>& t : in) with_weight = with_weight || t.category() == Category::parameters;
+      if (pol->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes()),
+                              keepable, with_weight})) {
         top.kept->emplace(index, out);
         if (!keepable) {  // nothing records in a first run: the state moves to the segment
           if constexpr (has_slim<Op, B>::value) Op::slim(saved);
@@ -315,9 +321,12 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
   return out;
 }
 
+// An op's forward and backward run with grad mode off: an op composed of other ops (a
+// custom op, core/custom_op.hpp) is recorded once, as itself, never through its insides.
 template <class Op, class B, std::size_t N, std::size_t... I, class... A>
 Tensor<B> call_forward(typename Op::template Saved<B>& s, const std::array<Tensor<B>, N>& in,
                        std::index_sequence<I...>, const A&... attrs) {
+  NoGrad inside_the_op;
   return Op::forward(s, in[I]..., attrs...);
 }
 
@@ -353,14 +362,21 @@ Tensor<B> apply_list(const std::vector<Tensor<B>>& in, const A&... attrs) {
   if (tape.in_segment()) {
     constexpr bool keepable = has_save<Op, B, std::tuple<std::vector<Tensor<B>>, A...>>::value;
     return apply_in_segment<Op>(
-        tape, in, [&](typename Op::template Saved<B>& s) { return Op::forward(s, in, attrs...); },
+        tape, in,
+        [&](typename Op::template Saved<B>& s) {
+          NoGrad inside_the_op;  // as call_forward
+          return Op::forward(s, in, attrs...);
+        },
         [&](typename Op::template Saved<B>& s, const Tensor<B>& out) {
           if constexpr (keepable) Op::save(s, out, in, attrs...);
         },
         keepable);
   }
   typename Op::template Saved<B> saved{};
-  Tensor<B> out = Op::forward(saved, in, attrs...);
+  Tensor<B> out = [&] {
+    NoGrad inside_the_op;  // as call_forward
+    return Op::forward(saved, in, attrs...);
+  }();
   if (grad_enabled() && any_requires_grad<B>(in)) record_op<Op>(tape, in, out, std::move(saved));
   return out;
 }

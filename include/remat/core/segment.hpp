@@ -25,6 +25,7 @@ struct OpInfo {
   const Shape* shape;    // the output's shape
   std::int64_t bytes;    // the output's bytes
   bool keepable = true;  // it can rebuild its backward state from its output (else: kept whole)
+  bool with_weight = false;  // an input is a parameter: a product with one is a linear layer
 };
 
 /// Decides per interior op whether its output is kept from the first run (true) or

@@ -252,10 +252,17 @@ template <class B> Tensor<B> minimum(const Tensor<B>& a, const Tensor<B>& b) {
 namespace detail {
 /// A comparison mask: 1.0f where a op b holds, else 0.0f; a constant (no gradient flows
 /// through a comparison, so it is computed unrecorded and detached).
+// Inside a checkpoint segment's first run the mask stays the segment's own tensor, as the
+// comparison's output was: not listed among the buffers the segment reads from outside (NOTE
+// [captured tensors]), whose versions the replay checks.
 template <class B>
 Tensor<B> compare(const Tensor<B>& a, const Tensor<B>& b, math::BinaryKind kind, const char* op) {
   NoGrad unrecorded;
-  return detach(apply_broadcast<BinaryOp>(a, b, kind, op));
+  const Tensor<B> m = apply_broadcast<BinaryOp>(a, b, kind, op);
+  Tensor<B> mask = detach(m);
+  mask.impl()->first_run_serial = m.impl()->first_run_serial;
+  mask.impl()->first_run_label = m.impl()->first_run_label;
+  return mask;
 }
 template <class B>
 Tensor<B> compare(const Tensor<B>& a, float b, math::BinaryKind kind, const char* op) {

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+// The public custom-op API (remat/core/custom_op.hpp, issue 26): an op written outside the
+// library, with host kernels or with a backward of tensor ops, checked against finite
+// differences, checkpointed bit for bit, and estimated to the byte by the shape-only twin.
+
+#include <cmath>
+
+#include <remat/core/custom_op.hpp>
+#include <remat/plan/estimate.hpp>
+#include <remat/testing/equivalence.hpp>
+#include <remat/testing/gradcheck.hpp>
+
+#include "support/gradcheck.hpp"
+#include "support/require_error.hpp"
+
+using namespace remat;
+using remat_test::param;
+using remat_test::require_error;
+using remat_test::T;
+using V = std::vector<T>;
+
+namespace {
+
+// y = x sigmoid(b x), a kernel of host loops; the backward needs x only.
+// dy/dx = s + b x s (1 - s),  s = sigmoid(b x)
+struct SwishOp {
+  static constexpr const char* name = "swish";
+  template <class B>
+  struct Saved {
+    Tensor<B> x;
+    float b = 1.0f;
+    template <class F> void each(F f) const { f(x); }
+  };
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, float b) {
+    Tensor<B> y = new_tensor_like(x);
+    if constexpr (has_values_v<B>) {
+      const float* xs = x.template data<float>();
+      float* ys = y.template data<float>();
+      for (std::int64_t i = 0; i < x.numel(); ++i) ys[i] = xs[i] / (1.0f + std::exp(-b * xs[i]));
+    }
+    s.x = x;
+    s.b = b;
+    return y;
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dy, std::vector<Tensor<B>>& dx) {
+    if (!dx[0].defined()) return;
+    if constexpr (has_values_v<B>) {
+      const float* xs = s.x.template data<float>();
+      const float* g = dy.template data<float>();
+      float* d = dx[0].template data<float>();
+      for (std::int64_t i = 0; i < s.x.numel(); ++i) {
+        const float sg = 1.0f / (1.0f + std::exp(-s.b * xs[i]));
+        d[i] += g[i] * (sg + s.b * xs[i] * sg * (1.0f - sg));
+      }
+    }
+  }
+};
+
+// y = a * silu(g): SwiGLU's product of two inputs, its backward written with tensor ops
+// (which the ledger and the estimate count like any others).
+// da = dy silu(g);  dg = dy a sigmoid(g) (1 + g (1 - sigmoid(g)))
+struct SwiGluOp {
+  static constexpr const char* name = "swiglu";
+  template <class B>
+  struct Saved {
+    Tensor<B> a, g;
+    template <class F> void each(F f) const { f(a); f(g); }
+  };
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& g) {
+    s.a = a;
+    s.g = g;
+    return a * silu(g);  // (unrecorded: apply_op records this op, not its insides)
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dy, std::vector<Tensor<B>>& dx) {
+    if (dx[0].defined()) add_grad(dx[0], dy * silu(s.g));
+    if (dx[1].defined()) {
+      const Tensor<B> sg = sigmoid(s.g);
+      add_grad(dx[1], dy * s.a * sg * (1.0f + s.g * (1.0f - sg)));
+    }
+  }
+};
+
+template <class B>
+Tensor<B> swiglu(const Tensor<B>& a, const Tensor<B>& g) {
+  return apply_op<SwiGluOp>(std::array<Tensor<B>, 2>{a, g});
+}
+
+}  // namespace
+
+TEST_CASE("a custom op with host kernels matches finite differences and the composed version",
+          "[ops][custom]") {
+  Tape<Cpu> tape;
+  const T x = param(tape, {4, 9}, 1, 2.0f);
+  remat_test::gradcheck(tape, [](const V& v) { return apply_op<SwishOp>(v[0], 1.7f); }, {x});
+  const auto a = apply_op<SwishOp>(x, 1.0f).to_vector(), b = silu(x).to_vector();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-6));
+}
+
+TEST_CASE("a custom op with a backward of tensor ops: gradients, checkpoint, estimate",
+          "[ops][custom]") {
+  Tape<Cpu> tape(3);
+  const T a = param(tape, {3, 10}, 2), g = param(tape, {3, 10}, 3);
+  remat_test::gradcheck(tape, [](const V& v) { return swiglu(v[0], v[1]); }, {a, g});
+  // The op's forward ran ops inside, but the tape recorded one node, not four.
+  const std::size_t before = tape.num_nodes();
+  const T y = swiglu(a, g);
+  CHECK(tape.num_nodes() == before + 1);
+  CHECK(y.requires_grad());
+  tape.clear();
+
+  // Inside checkpoint(): the replay runs it again; gradients bitwise the plain run's.
+  const T w = param(tape, {10, 10}, 4, 0.3f);
+  const auto r = testing::compare_runs(
+      tape,
+      [&](bool ck) {
+        auto f = [&](const T& in) { return matmul(swiglu(in, apply_op<SwishOp>(in, 1.0f)), w); };
+        return sum(ck ? checkpoint(f, a) : f(a));
+      },
+      {a, w});
+  INFO(r.detail);
+  CHECK(r.equal);
+
+  // The shape-only twin runs the same ops (no values): its peak is the CPU ledger's.
+  auto program = [](auto& t) {
+    using B = typename std::decay_t<decltype(t)>::backend;
+    const Tensor<B> p = t.randn({64, 32}, 1.0f, 1, true), q = t.randn({64, 32}, 1.0f, 2, true);
+    reset_peak_memory<B>();
+    t.backward(sum(apply_op<SwishOp>(swiglu(p, q), 0.5f)));
+  };
+  const MemoryStats est = estimate_memory<Cpu>([&](auto& t) { program(t); });
+  const MemoryStats before_real = memory_stats<Cpu>();
+  {
+    Tape<Cpu> t2;
+    program(t2);
+  }
+  const MemoryStats real = memory_stats<Cpu>();
+  CHECK(est.peak_total == real.peak_total - before_real.live_total);
+  // at the peak, the backward's own temporaries (sigmoid(g), products) are on top of the state
+  CHECK(est.peak_total > 4 * 64 * 32 * 4);
+}
+
+TEST_CASE("the custom-op helpers check what they are given", "[ops][custom]") {
+  Tape<Cpu> tape;
+  T grad = tape.zeros({2, 3});
+  require_error([&] { add_grad(grad, tape.zeros({4})); },
+                {"remat::add_grad", "[4]", "[2, 3]", "6 elements"});
+  T none;
+  add_grad(none, tape.zeros({4}));  // an input that needs no gradient: nothing to add
+  require_error([&] { (void)apply_op<SwishOp>(T(), 1.0f); }, {"remat::swish", "undefined"});
+  require_error([&] { (void)new_tensor(tape, Shape{2, -1}); }, {"remat::new_tensor"});
+  CHECK(new_tensor(tape, {2, 5}).shape() == Shape{2, 5});
+  CHECK(new_tensor_like(grad).bytes() == 24);
+}
