@@ -55,5 +55,8 @@
 #include "remat/optim/grad.hpp"
 #include "remat/optim/sgd.hpp"
 #include "remat/optim/state.hpp"
+#include "remat/optim/train_step.hpp"
+
+#include "remat/plan/stages.hpp"  // a model as a chain of stages; its planner: remat/plan/fit_stages.hpp
 
 #include "remat/backend/cpu.hpp"

@@ -22,8 +22,10 @@
 #include "remat/backend/cpu/system_memory.hpp"
 #include "remat/core/grad_mode.hpp"
 #include "remat/nn/gpt.hpp"
-#include "remat/plan/chain.hpp"
 #include "remat/nn/gpt_estimate.hpp"
+#include "remat/plan/chain.hpp"
+#include "remat/plan/fit.hpp"
+#include "remat/plan/measure.hpp"
 #include "remat/plan/planner.hpp"
 
 namespace remat {
@@ -37,75 +39,9 @@ struct ProfileOptions {
 
 namespace detail {
 
-/// What one way of running a stage costs, measured around fwd (see NOTE [chain model]).
-struct StageCost {
-  std::int64_t saved = 0, fwd_extra = 0, bwd_extra = 0, nograd_extra = 0;
-  double fwd_s = 0, bwd_s = 0, nograd_s = 0;
-};
-
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-inline double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Runs y = fwd(x) recorded, then its backward (seeded with dy, or from the scalar y when dy is
-// undefined), `repeats` times after a warm-up that makes the parameters' gradients; then once
-// without grad. Bytes from B's ledger, times from the clock. `in_grad` is |delta_in|.
-template <class B, class Fwd>
-StageCost measure_stage(Tape<B>& tape, Fwd&& fwd, const Tensor<B>& x, const Tensor<B>& dy,
-                        std::int64_t in_grad, int repeats) {
-  auto backward = [&](const Tensor<B>& y) {
-    if (dy.defined())
-      tape.backward(y, dy);
-    else
-      tape.backward(y);
-  };
-  {
-    Tensor<B> y = fwd(x);
-    backward(y);
-  }
-  StageCost c;
-  std::vector<double> tf, tb, tn;
-  for (int r = 0; r < std::max(1, repeats); ++r) {
-    if (x.requires_grad()) x.clear_grad();
-    B::synchronize();
-    const std::int64_t live0 = memory_stats<B>().live_total;
-    reset_peak_memory<B>();
-    double t0 = now_s();
-    Tensor<B> y = fwd(x);
-    B::synchronize();
-    tf.push_back(now_s() - t0);
-    const std::int64_t live1 = memory_stats<B>().live_total;
-    c.saved = live1 - live0;
-    c.fwd_extra = memory_stats<B>().peak_total - live1;
-    const std::int64_t seed_copy = static_cast<std::int64_t>(y.bytes());  // backward's copy of dy
-    reset_peak_memory<B>();
-    t0 = now_s();
-    backward(y);
-    B::synchronize();
-    tb.push_back(now_s() - t0);
-    c.bwd_extra = std::max<std::int64_t>(0, memory_stats<B>().peak_total - live1 - in_grad - seed_copy);
-  }
-  for (int r = 0; r < std::max(1, repeats); ++r) {
-    NoGrad off;
-    const std::int64_t live0 = memory_stats<B>().live_total;
-    reset_peak_memory<B>();
-    const double t0 = now_s();
-    Tensor<B> y = fwd(x);
-    B::synchronize();
-    tn.push_back(now_s() - t0);
-    c.nograd_extra = memory_stats<B>().peak_total - live0 - static_cast<std::int64_t>(y.bytes());
-  }
-  c.fwd_s = median(tf);
-  c.bwd_s = median(tb);
-  c.nograd_s = median(tn);
-  if (x.requires_grad()) x.clear_grad();
-  return c;
-}
+using plan::StageCost;
+using plan::measure_stage;
+using plan::detail::now_s;
 
 /// The costs of the chain's stage kinds: the embedding, a block per option, the head.
 struct GptCosts {
@@ -274,24 +210,15 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
   return chain;
 }
 
-/// What the process holds beyond the ledger's peak, as a budget reserves it: the CPU allocator
-/// keeps at most 0.5% (at least 512 KiB) over its peak of live bytes, and a planned step's block
-/// may pack up to about 1% over its buffers' own peak (NOTE [CPU arena allocator], NOTE
-/// [Planned step layout]): the budget reserves 1% (at least 1 MiB),
-/// and the process grows outside the allocator by about 4 MiB (the tape's and the kernels'
-/// small host vectors, code) plus OpenBLAS's packing buffer, about 1 KiB per row of the tallest
-/// GEMM (the weight gradients' V or 4d rows, or the batch's tokens), which the CPU GEMM caps at
-/// kGemmPanelRows rows (NOTE [GEMM row panels] in backend/cpu/gemm.hpp; a test keeps the two
-/// equal). Measured in benchmarks/results/2026-11-30-planner.md and 2026-11-30-rss-vs-ledger.md.
-inline constexpr std::int64_t kGemmPanelRows = 4096;
+/// plan::process_overhead for a GPT step: its tallest GEMM has the weight gradients' V or 4d
+/// rows, or the batch's tokens.
+using plan::kGemmPanelRows;
 inline std::int64_t process_overhead(const GPTConfig& c, std::int64_t tokens) {
-  const std::int64_t rows = std::max({c.padded_vocab(), 4 * c.n_embd, tokens});
-  return (std::int64_t{4} << 20) + 1024 * std::min(rows, kGemmPanelRows);
+  return plan::process_overhead(std::max({c.padded_vocab(), 4 * c.n_embd, tokens}));
 }
 inline std::int64_t process_headroom(const GPTConfig& c, std::int64_t tokens,
                                      std::int64_t ledger_peak) {
-  return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) +
-         process_overhead(c, tokens);
+  return plan::process_headroom(process_overhead(c, tokens), ledger_peak);
 }
 
 /// What a budget bounds, and how hard plan_checkpoint looks.
@@ -356,12 +283,7 @@ struct CheckpointPlan {
                             "through the whole step, the estimator's below is exact: certified ledger peak ",
                             format_bytes(m.peak_total), ", process about ",
                             format_bytes(process_peak()), ", budget ", format_bytes(budget),
-                            " (parameters ",
-                            format_bytes(m.at_peak_of(Category::parameters)), ", gradients ",
-                            format_bytes(m.at_peak_of(Category::gradients)), ", optimizer state ",
-                            format_bytes(m.at_peak_of(Category::optimizer_state)), ", activations ",
-                            format_bytes(m.at_peak_of(Category::activations)), ", temporaries ",
-                            format_bytes(m.at_peak_of(Category::temporaries)), ")\n");
+                            " (", bytes_at_peak(m), ")\n");
     return s;
   }
 };
@@ -384,16 +306,6 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
                                const ProfileOptions& po = {}, const PlanOptions& pl = {}) {
   const double t0 = detail::now_s();
   const plan::Chain chain = gpt_chain<Target>(c, batch, seq, so, po);
-  // The chain holds every gradient through the whole step, but a block's gradient appears only
-  // at its backward, so a plan for a budget up to the gradients' bytes above ours may still fit:
-  // the table spans 0..budget + gradients (or keep-all, when less), so that the search upward
-  // below can ask there.
-  const std::int64_t grads = detail::gpt_parameter_bytes(c);
-  plan::PlannerOptions popt;
-  popt.slots = 256;  // the estimator certifies: a finer table buys little and costs 2x time
-  const std::int64_t keep_all_peak = plan::simulate(chain, plan::keep_all(chain)).peak;
-  if (budget > chain.base && budget + grads < keep_all_peak) popt.max_budget = budget + grads;
-  const plan::Planner planner(chain, popt);
   CheckpointStrategy base = c.checkpoint;
   if (!base.planned()) {
     base = CheckpointStrategy{};
@@ -401,23 +313,12 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
     base.spec = "budget:" + format_bytes(budget);
   }
   base.budget_bytes = budget;
-  // The DP answers many asks with the same schedule (its plans change at discrete budgets), and
-  // a fixed strategy may be one of them: each schedule is estimated once.
-  std::map<std::string, StepEstimate> certified;
-  auto certify = [&](const plan::Schedule& s) -> const StepEstimate& {
-    auto [it, fresh] = certified.try_emplace(plan::describe(s));
-    if (fresh) {
-      GPTConfig cfg = c;
-      cfg.checkpoint = base;
-      cfg.checkpoint.schedule = std::make_shared<const plan::Schedule>(s);
-      it->second = estimate_gpt_step<Target>(cfg, batch, seq, so);
-    }
-    return it->second;
+  auto certify = [&](const plan::Schedule& s) {
+    GPTConfig cfg = c;
+    cfg.checkpoint = base;
+    cfg.checkpoint.schedule = std::make_shared<const plan::Schedule>(s);
+    return estimate_gpt_step<Target>(cfg, batch, seq, so);
   };
-  CheckpointPlan best;
-  bool found = false;
-  StepEstimate leanest;
-  leanest.step.peak_total = std::numeric_limits<std::int64_t>::max();
   // the bytes a plan needs of the budget: its ledger peak, plus the process's headroom (the
   // CPU), or what the caching allocator reserves (a backend with a ReservedModel: the GPU)
   auto needs = [&](const StepEstimate& e) -> std::int64_t {
@@ -425,108 +326,36 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
     if (e.reserved_peak > 0) return std::max(e.peak(), e.reserved_peak);
     return e.peak() + process_headroom(c, batch * seq, e.peak());
   };
-  auto offer = [&](const plan::Plan& p, const StepEstimate& e, const std::string& source) {
-    if (e.peak() < leanest.peak()) leanest = e;
-    if (needs(e) > budget) return;
-    if (found && p.time_s >= best.plan.time_s) return;
-    best.plan = p;
-    best.estimate = e;
-    best.source = source;
-    found = true;
-  };
-  // The DP's plan; if the estimator finds it over budget, ask again below by the excess.
-  std::int64_t ask = budget;
-  for (int tries = 0; tries < 24; ++tries) {
-    plan::Plan p;
-    try {
-      p = planner.plan(ask);
-    } catch (const Error&) {
-      break;
-    }
-    const StepEstimate e = certify(p.schedule);
-    offer(p, e, "planner");
-    if (needs(e) <= budget) break;
-    ask -= std::max(needs(e) - budget, planner.unit());
-  }
-  // Upward: the DP's model over-counts the gradients, so ask more of it while the estimator
-  // still certifies its plan within the budget (bisection between the largest ask known to fit
-  // and one known not to, down to a slot).
-  if (found) {
-    std::int64_t fits = ask, over = std::min(ask + grads, planner.max_budget()) + planner.unit();
-    for (int tries = 0; tries < 12 && over - fits > planner.unit(); ++tries) {
-      const std::int64_t mid = tries == 0 ? over - planner.unit() : fits + (over - fits) / 2;
-      const plan::Plan p = planner.plan(mid);
-      const StepEstimate e = certify(p.schedule);
-      offer(p, e, "planner");
-      (needs(e) <= budget ? fits : over) = mid;
-      if (tries == 0 && needs(e) <= budget) break;  // the top of the table fits: done
-    }
-  }
-  // The fixed strategies, where one could be faster than the plan (or nothing fits yet); with
-  // find_leanest (or when nothing fits) all of them and the DP's leanest plan, so that
-  // `leanest` is the smallest budget known to work.
-  const bool all = pl.find_leanest || !found;
-  if (all) {
-    try {
-      const plan::Plan p = planner.plan(planner.min_feasible());
-      offer(p, certify(p.schedule), "planner");
-    } catch (const Error&) {
-    }
-  }
-  for (const std::string& name : fixed_strategies(c.n_layer)) {
-    plan::Plan p;
-    p.schedule = fixed_schedule(CheckpointStrategy::parse(name), c.n_layer);
-    const plan::SimResult r = plan::simulate(chain, p.schedule);
-    p.time_s = r.time_s;
-    p.peak = r.peak;
-    p.budget = budget;
-    if (all || p.time_s < best.plan.time_s) offer(p, certify(p.schedule), name);
-  }
-  // The leanest plan again, from a table that spans only up to the leanest need known now: the
-  // first table spans the budget (or keep-all's peak), and its slots, rounded up, can hide
-  // nested plans leaner than every fixed strategy (GPT L24 d128 T1024 B8, attention keeping
-  // P: with a 13 MiB slot its leanest needed 395 MiB, block 321 MiB, while a 1.3 MiB slot
-  // finds one of 274 MiB; a test keeps it so).
-  if (all && leanest.peak() < std::numeric_limits<std::int64_t>::max()) {
-    plan::PlannerOptions fine = popt;
-    fine.max_budget = std::min(needs(leanest) + grads, keep_all_peak);
-    if (fine.max_budget > chain.base) {
-      try {
-        const plan::Planner lean(chain, fine);
-        const plan::Plan p = lean.plan(lean.min_feasible());
-        offer(p, certify(p.schedule), "planner");
-      } catch (const Error&) {
-      }
-    }
-  }
-  if (!found) {
-    const MemoryStats& m = leanest.step;
+  std::vector<plan::NamedSchedule> fixed;
+  for (const std::string& name : fixed_strategies(c.n_layer))
+    fixed.push_back({name, fixed_schedule(CheckpointStrategy::parse(name), c.n_layer)});
+  plan::FitOptions fo;
+  fo.find_leanest = pl.find_leanest;
+  const plan::Fit fit =
+      plan::fit_budget(chain, budget, detail::gpt_parameter_bytes(c), certify, needs, fixed, fo);
+  if (!fit.found) {
+    const MemoryStats& m = fit.leanest.step;
+    const std::int64_t need = fit.leanest_need;
     throw Error(remat::detail::cat(
         "remat::nn::plan_checkpoint: no schedule fits a training step of GPT (", c.n_layer,
         " layers, d ", c.n_embd, ", batch ", batch, ", seq ", seq, ") into ", format_bytes(budget),
-        " (", budget, " bytes); the smallest found needs ", format_bytes(needs(leanest)), " (",
-        needs(leanest), " bytes", pl.bound_process ? remat::detail::cat(", of which ",
-        format_bytes(needs(leanest) - m.peak_total), " held beyond the ledger") : "",
-        "): parameters ", format_bytes(m.at_peak_of(Category::parameters)),
-        ", gradients ", format_bytes(m.at_peak_of(Category::gradients)), ", optimizer state ",
-        format_bytes(m.at_peak_of(Category::optimizer_state)), ", activations ",
-        format_bytes(m.at_peak_of(Category::activations)), ", temporaries ",
-        format_bytes(m.at_peak_of(Category::temporaries)),
-        " (hint: raise the budget, lower --batch or --seq, or use SGD without momentum)"));
+        " (", budget, " bytes); the smallest found needs ", format_bytes(need), " (", need,
+        " bytes", pl.bound_process ? remat::detail::cat(", of which ",
+        format_bytes(need - m.peak_total), " held beyond the ledger") : "",
+        "): ", bytes_at_peak(m),
+        " (hint: raise the budget, train fewer tokens per step, or use SGD without momentum)"));
   }
-  // The planner's rows describe its own schedule; a fixed one gets rows from a re-simulation.
+  CheckpointPlan best;
+  best.plan = fit.plan;
+  best.estimate = fit.estimate;
+  best.source = fit.source;
   best.budget = budget;
-  best.plan.budget = budget;  // an upward ask is the DP's business; the user's budget is this
   best.overhead = best.estimate.reserved_peak > 0
                       ? best.estimate.reserved_peak - best.peak()  // the allocator's, on a GPU
                       : process_overhead(c, batch * seq);
-  best.leanest = needs(leanest);
+  best.leanest = fit.leanest_need;
   best.strategy = base;
   best.strategy.schedule = std::make_shared<const plan::Schedule>(best.plan.schedule);
-  if (best.source != "planner") {
-    const plan::Plan rows = planner.describe(best.plan.schedule, budget);
-    best.plan = rows;
-  }
   best.plan_s = detail::now_s() - t0;
   return best;
 }
