@@ -595,8 +595,9 @@ int train(Flags f, const CLI::App& app, dist::Comm& comm) {
 
   int start = 0;
   if (!f.resume.empty()) {
-    // load_state checks the snapshot's model config against these flags (--layers, --d,
-    // --heads, --vocab, --seq, --dropout) and parses every field strictly.
+    // load_state checks the snapshot's model config against the one these flags made (--layers,
+    // --d, --heads, --vocab, --seq, --dropout: n_layer, n_embd, n_head, vocab_size, block_size,
+    // dropout in its errors) and parses every field strictly.
     const io::TrainState st = io::load_state(f.resume, model, use_adamw, use_sgd);
     if (sharded) {  // this rank's chunks at the first step; the full state is dropped then
       sharded->resume_from(std::make_shared<optim::AdamW<B>>(std::move(*adamw)));

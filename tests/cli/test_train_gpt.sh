@@ -74,9 +74,9 @@ edit_meta() { perl -e 'my ($in, $out, $k, $v) = @ARGV; open(my $f, "<:raw", $in)
   open(my $o, ">:raw", $out) or die; print $o pack("Q<", length $h), $h, substr($b, 8 + $n)' "$@"; }
 snap=(--layers 1 --d 16 --seq 8 --batch 2 --threads 1 --vocab 256)
 "$BIN" "${snap[@]}" --heads 2 --steps 1 --snapshot-every 1 --snapshot-path "$DIR/s1" > /dev/null 2>"$DIR/err" || bad "snapshot for the crafted runs: $(cat "$DIR/err")"
-expect_error "resume with another --heads" "saved from a model with n_head 2, but this model has 4 \(--heads differs" \
+expect_error "resume with another --heads" "saved from a model with n_head 2, but this model has 4 \(n_head differs" \
   "${snap[@]}" --heads 4 --steps 2 --resume "$DIR/s1"
-expect_error "resume with another --dropout" "\(--dropout differs" "${snap[@]}" --heads 2 --dropout 0.2 --steps 2 --resume "$DIR/s1"
+expect_error "resume with another --dropout" "\(dropout differs" "${snap[@]}" --heads 2 --dropout 0.2 --steps 2 --resume "$DIR/s1"
 for kv in "adamw_steps -1" "step -1" "step abc" "step 1x" "rng_offset -5" "data_position -2" "optimizer adam" "checkpoint_strategy blocks"; do
   set -- $kv
   edit_meta "$DIR/s1" "$DIR/s1.bad" "$1" "$2" || bad "editing $1"

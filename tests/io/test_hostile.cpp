@@ -232,14 +232,14 @@ TEST_CASE("snapshot metadata is parsed strictly", "[io][snapshot][errors][hostil
   std::remove(p.c_str());
 }
 
-TEST_CASE("resuming a snapshot with another model config names the flag that differs",
+TEST_CASE("resuming a snapshot with another model config names the config field that differs",
           "[io][snapshot][errors][hostile]") {
   const std::string p = tmp("config.safetensors");
   save_snapshot(p);
   // n_head changes no tensor shape: without the stored config this resumed silently.
   require_error([&] { load(p, /*heads=*/4); },
-                {"was saved from a model with n_head 2, but this model has 4", "--heads differs"});
-  require_error([&] { load(p, 2, /*dropout=*/0.0f); }, {"dropout 0.100000001", "--dropout differs"});
+                {"was saved from a model with n_head 2, but this model has 4", "(n_head differs"});
+  require_error([&] { load(p, 2, /*dropout=*/0.0f); }, {"dropout 0.100000001", "(dropout differs"});
   // An old snapshot (remat-state-1, no config) still loads: its tensor shapes are checked.
   edit(p, "format", "remat-state-1");
   for (const char* k : {"config.n_layer", "config.n_embd", "config.n_head", "config.vocab_size",

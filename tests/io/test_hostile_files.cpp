@@ -469,7 +469,7 @@ TEST_CASE("load_gpt2 refuses a file with more layers than the model", "[io][gpt2
   Tape<Cpu> tape(1);
   nn::GPT<Cpu> two(tape, tiny_gpt(2));  // flags that say 2 layers
   require_error([&] { io::load_gpt2(w, two, p); },
-                {"has tensor 'h.2.", "which the model (2 layers, from the flags) does not have"});
+                {"has tensor 'h.2.", "which the model (2 layers, a GPT-2) does not have"});
   std::remove(p.c_str());
 }
 

@@ -103,7 +103,7 @@ TEST_CASE("GPT-2 weights: config from shapes, load, save, and shapes that do not
   nn::GPT<Cpu> wrong(tape, c);
   REQUIRE_THROWS_WITH(io::load_gpt2(w, wrong, p),
                       REMAT_CONTAINS("'wte.weight' in 'remat_test_gpt2.safetensors' has shape [50, 128] "
-                                     "but the model (from the flags) needs [50, 64]"));
+                                     "but the model needs [50, 64]"));
   REQUIRE_THROWS_WITH(io::gpt2_config({}, p), REMAT_CONTAINS("has no tensor 'wte.weight'"));
   std::remove(p.c_str());
 }

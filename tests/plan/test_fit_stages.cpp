@@ -168,3 +168,48 @@ TEST_CASE("plan_stages: errors on a program built wrong", "[plan][stages]") {
   CHECK_THROWS_WITH(plan_stages<Cpu>(no_params, 1LL << 30),
                     Catch::Matchers::Contains("no parameters"));
 }
+
+TEST_CASE("a user's model re-planned after OutOfMemory trains on, bit for bit", "[plan][stages]") {
+  const FitSetup f;
+  const auto build = f.build();
+  StagePlanOptions o;
+  o.bound_process = false;
+  const plan::Chain chain = stage_chain<Cpu>(build, o);
+  const RunResult plain = train_cpu(build, plan::keep_all(chain), 2);
+  // a limit the plain step cannot meet but a plan can
+  const std::int64_t limit = (plain.peak + stage_chain<Cpu>(build, o).base) / 2;
+  REQUIRE(limit < plain.peak);
+  set_memory_limit<Cpu>(limit);
+  reset_peak_memory<Cpu>();
+  std::vector<float> losses;
+  {
+    Tape<Cpu> tape(3);
+    const StageProgram<Cpu> p = build(tape);
+    optim::AdamW<Cpu> opt(p.parameters, {});
+    auto schedule = std::make_shared<const plan::Schedule>(plan::keep_all(chain));
+    int replans = 0;
+    for (int step = 0; step < 2; ++step) {
+      for (int attempt = 0;; ++attempt) {
+        try {
+          losses.push_back(optim::train_step(opt, [&] { return p.stages(p.input, schedule); }).item());
+          break;
+        } catch (const OutOfMemory&) {  // drop the step, plan for the limit, run it again
+          REQUIRE(attempt == 0);
+          tape.clear();
+          optim::zero_grad(p.parameters);
+          schedule = plan_stages<Cpu>(build, memory_limit<Cpu>(), o).schedule;
+          ++replans;
+        }
+      }
+    }
+    CHECK(replans == 1);
+    CHECK(memory_stats<Cpu>().peak_total <= limit);
+  }
+  set_memory_limit<Cpu>(0);
+  CHECK(losses == plain.losses);
+  // auto: the memory free now, less the margin, and never above a set limit
+  CHECK(plan::auto_budget<Cpu>() > memory_stats<Cpu>().live_total);
+  set_memory_limit<Cpu>(123456789);
+  CHECK(plan::auto_budget<Cpu>() == 123456789);
+  set_memory_limit<Cpu>(0);
+}

@@ -233,7 +233,7 @@ inline Gpt2Weights read_gpt2(const std::string& path) {
     REMAT_CHECK(d.is_number_unsigned() && d.get<std::uint64_t>() == static_cast<std::uint64_t>(wte->second.shape[1]),
                 "remat::io::read_gpt2: '", cfg, "' has n_embd ", json_brief(d), ", but the "
                 "weights of '", path, "' have d ", wte->second.shape[1], " (expected the config "
-                "of these weights; move it away or pass --heads)");
+                "of these weights; move it away or give the head count)");
   }
   out.n_head = static_cast<std::int64_t>(heads.get<std::uint64_t>());
   out.n_head_source = "'n_head' of '" + cfg + "'";
@@ -295,8 +295,8 @@ inline nn::GPTConfig gpt2_config(const std::map<std::string, HostTensor>& w, con
   c.n_layer = layers;
   c.n_head = n_head > 0 ? n_head : std::max<std::int64_t>(1, c.n_embd / 64);
   REMAT_CHECK(c.n_embd % c.n_head == 0, "remat::io::gpt2_config: the weights of '", path,
-              "' have d ", c.n_embd, ", which ", c.n_head, " heads do not divide (expected --heads "
-              "to divide d)");
+              "' have d ", c.n_embd, ", which ", c.n_head, " heads do not divide (expected a head "
+              "count that divides d)");
   const auto shapes = gpt2_shapes(c);  // every one present (above): as many as the file has
   for (const auto& [name, shape] : shapes) {
     const HostTensor& t = w.at(name);
@@ -323,8 +323,8 @@ void load_gpt2(const std::map<std::string, HostTensor>& w, nn::GPT<B>& model, co
     auto it = w.find(name);
     REMAT_CHECK(it != w.end(), "remat::io::load_gpt2: '", path, "' has no tensor '", name, "'");
     REMAT_CHECK(it->second.shape == want, "remat::io::load_gpt2: '", name, "' in '", path,
-                "' has shape ", it->second.shape.str(), " but the model (from the flags) needs ",
-                want.str(), " (do --layers/--d/--heads/--seq/--vocab fit the file?)");
+                "' has shape ", it->second.shape.str(), " but the model needs ", want.str(),
+                " (do the model's layers, d, positions and vocabulary fit the file?)");
     ++used;
   }
   if (used != w.size()) {
@@ -333,7 +333,7 @@ void load_gpt2(const std::map<std::string, HostTensor>& w, nn::GPT<B>& model, co
     for (const auto& kv : w)
       REMAT_CHECK(names.count(kv.first), "remat::io::load_gpt2: '", path, "' has tensor '",
                   detail::shown(kv.first), "', which the model (", model.config.n_layer, " layers, "
-                  "from the flags) does not have (do --layers/--d/--heads/--seq/--vocab fit the file?)");
+                  "a GPT-2) does not have (do the model's layers, d, positions and vocabulary fit the file?)");
   }
   for (const auto& [name, t] : named)  // the file's rows, then zero padding
     detail::copy_padded<B>(t.template mutable_data<float>(), t.numel(), w.at(name).data);

@@ -88,13 +88,9 @@ inline constexpr std::int64_t kMaxAdamwSteps = std::int64_t{1} << 62;
 // field, because some differences keep every tensor shape (n_head, dropout) and would otherwise
 // resume a different model silently. remat-state-1 snapshots (before the config was stored) are
 // still read, with only their tensor shapes checked.
-struct ConfigField {
-  const char* key;   // metadata key
-  const char* flag;  // train_gpt's flag for it
-};
-inline constexpr ConfigField kConfigFields[] = {
-    {"config.n_layer", "--layers"}, {"config.n_embd", "--d"},          {"config.n_head", "--heads"},
-    {"config.vocab_size", "--vocab"}, {"config.block_size", "--seq"}, {"config.dropout", "--dropout"}};
+inline constexpr const char* kConfigFields[] = {"config.n_layer",    "config.n_embd",
+                                               "config.n_head",     "config.vocab_size",
+                                               "config.block_size", "config.dropout"};
 inline std::string fmt_float(float x) {
   char b[32];
   std::snprintf(b, sizeof b, "%.9g", static_cast<double>(x));
@@ -111,9 +107,9 @@ inline std::map<std::string, std::string> config_meta(const nn::GPTConfig& c) {
 inline void check_config(const SafetensorsFile& f, const nn::GPTConfig& c, const std::string& path) {
   if (meta(f, "format", path) == "remat-state-1") return;  // older: no config stored
   const auto now = config_meta(c);
-  for (const ConfigField& k : kConfigFields) {
-    const std::string& saved = meta(f, k.key, path);
-    if (std::string(k.key) == "config.dropout") {
+  for (const char* key : kConfigFields) {
+    const std::string& saved = meta(f, key, path);
+    if (std::string(key) == "config.dropout") {
       char* end = nullptr;
       const double v = std::strtod(saved.c_str(), &end);
       REMAT_CHECK(!saved.empty() && end == saved.c_str() + saved.size() && std::isfinite(v) &&
@@ -121,13 +117,13 @@ inline void check_config(const SafetensorsFile& f, const nn::GPTConfig& c, const
                   "remat::io::load_state: metadata 'config.dropout' of '", path, "' is '", saved,
                   "' (expected a number in [0, 1); the snapshot is corrupt or was edited)");
     } else {
-      meta_int<std::int64_t>(f, k.key, path, k.key == std::string("config.n_layer") ? 0 : 1,
+      meta_int<std::int64_t>(f, key, path, key == std::string("config.n_layer") ? 0 : 1,
                              kInt64Max);
     }
-    const std::string& mine = now.at(k.key);
+    const std::string& mine = now.at(key);
     REMAT_CHECK(saved == mine, "remat::io::load_state: '", path, "' was saved from a model with ",
-                k.key + 7, " ", saved, ", but this model has ", mine, " (", k.flag,
-                " differs: resume with the flags the snapshot was trained with)");
+                key + 7, " ", saved, ", but this model has ", mine, " (", key + 7,
+                " differs: resume with the model config the snapshot was trained with)");
   }
 }
 

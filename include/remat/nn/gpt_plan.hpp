@@ -12,14 +12,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "remat/backend/cpu/system_memory.hpp"
 #include "remat/core/grad_mode.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/gpt_estimate.hpp"
@@ -360,57 +358,17 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
   return best;
 }
 
-/// Bytes this process can still take: the least of MemAvailable (/proc/meminfo) and the room
-/// left under the memory cgroup's or RLIMIT_AS's limit (cpu::read_system_memory, NOTE [System
-/// memory limit]). 0 where none of these can be read.
-inline std::int64_t available_memory() {
-  std::int64_t avail = 0;
-  {
-    std::ifstream f("/proc/meminfo");
-    std::string key, unit;
-    std::int64_t kb = 0;
-    while (f >> key >> kb >> unit)
-      if (key == "MemAvailable:") avail = kb * 1024;
-  }
-  const cpu::SystemMemory s = cpu::read_system_memory();
-  if (s.limit > 0) avail = avail > 0 ? std::min(avail, s.room()) : s.room();
-  return avail;
-}
+using plan::kAutoMargin;
 
-namespace detail {
-template <class B, class = void>
-struct has_available_memory : std::false_type {};
-template <class B>
-struct has_available_memory<B, std::void_t<decltype(B::available_memory())>> : std::true_type {};
-}  // namespace detail
-
-/// The margin `auto` leaves free of the available memory: what the process holds beyond the
-/// ledger (allocator slack, libraries, the tokens on the host) and room for other processes.
-inline constexpr double kAutoMargin = 0.10;
-
-/// The bytes a budget or auto strategy plans for on Target: budget:SIZE as given; auto the
-/// bytes live now plus (1 - kAutoMargin) of the memory available: the backend's own figure
-/// where it has one (a GPU's: Target::available_memory()), else the host's (available_memory());
-/// never above memory_limit<Target>() when one is set.
+/// The bytes a budget or auto strategy plans for on Target: budget:SIZE as given (never above
+/// memory_limit<Target>() when one is set); auto plan::auto_budget<Target>().
 template <class Target>
 std::int64_t budget_of(const CheckpointStrategy& s) {
   REMAT_CHECK(s.planned(), "remat::nn::budget_of: '", s.str(), "' is a fixed strategy (expected "
               "budget:SIZE or auto)");
-  std::int64_t budget = s.budget_bytes;
-  if (s.kind == CheckpointStrategy::Kind::automatic) {
-    std::int64_t avail = 0;
-    if constexpr (detail::has_available_memory<Target>::value)
-      avail = Target::available_memory();
-    else
-      avail = available_memory();
-    REMAT_CHECK(avail > 0, "remat::nn::budget_of: auto found no free-memory figure on ",
-                Target::name, " (/proc/meminfo and the cgroup on the CPU, cudaMemGetInfo on a GPU) "
-                "(hint: give budget:SIZE instead)");
-    budget = memory_stats<Target>().live_total +
-             static_cast<std::int64_t>(static_cast<double>(avail) * (1.0 - kAutoMargin));
-  }
-  if (memory_limit<Target>() > 0) budget = std::min(budget, memory_limit<Target>());
-  return budget;
+  if (s.kind == CheckpointStrategy::Kind::automatic) return plan::auto_budget<Target>();
+  const std::int64_t limit = memory_limit<Target>();
+  return limit > 0 ? std::min(s.budget_bytes, limit) : s.budget_bytes;
 }
 
 /// Plans a budget or auto strategy in c.checkpoint for batch x seq on Target (budget_of).

@@ -11,10 +11,12 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "remat/core/error.hpp"
+#include "remat/core/memory.hpp"
 #include "remat/plan/chain.hpp"
 #include "remat/plan/estimate.hpp"
 #include "remat/plan/planner.hpp"
@@ -37,6 +39,35 @@ inline std::int64_t process_overhead(std::int64_t gemm_rows = kGemmPanelRows) {
 }
 inline std::int64_t process_headroom(std::int64_t overhead, std::int64_t ledger_peak) {
   return std::max<std::int64_t>(ledger_peak / 100, std::int64_t{1} << 20) + overhead;
+}
+
+/// The margin auto_budget leaves free of the available memory: what the process holds beyond
+/// the ledger (allocator slack, libraries, host buffers) and room for other processes.
+inline constexpr double kAutoMargin = 0.10;
+
+namespace detail {
+template <class B, class = void>
+struct has_available_memory : std::false_type {};
+template <class B>
+struct has_available_memory<B, std::void_t<decltype(B::available_memory())>> : std::true_type {};
+}  // namespace detail
+
+/// A budget of the memory free now on Target (checkpoint `auto`): the bytes live now plus
+/// (1 - kAutoMargin) of Target::available_memory() (the host's MemAvailable and cgroup room on
+/// the CPU, cudaMemGetInfo on a GPU), never above memory_limit<Target>() when one is set.
+template <class Target>
+std::int64_t auto_budget() {
+  static_assert(detail::has_available_memory<Target>::value,
+                "remat::plan::auto_budget: Target has no available_memory() (a model of a "
+                "backend, such as CudaModel, cannot say what is free: give a budget)");
+  const std::int64_t avail = Target::available_memory();
+  REMAT_CHECK(avail > 0, "remat::plan::auto_budget: no free-memory figure on ", Target::name,
+              " (/proc/meminfo and the cgroup on the CPU, cudaMemGetInfo on a GPU) "
+              "(hint: give a budget in bytes instead)");
+  std::int64_t budget = memory_stats<Target>().live_total +
+                        static_cast<std::int64_t>(static_cast<double>(avail) * (1.0 - kAutoMargin));
+  if (memory_limit<Target>() > 0) budget = std::min(budget, memory_limit<Target>());
+  return budget;
 }
 
 /// A schedule with a name, offered to fit_budget beside the DP's ("block", "sqrt").

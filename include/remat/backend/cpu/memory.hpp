@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -701,6 +702,22 @@ struct CpuMemory {
                                       s.used, " in use) less 64 MiB and 3%; "
                                       "REMAT_SYSTEM_MEMORY_LIMIT=0 or set_memory_limit<Cpu> "
                                       "replaces it")};
+  }
+  /// Bytes this process can still take (checkpoint `auto`, plan::auto_budget): the least of
+  /// MemAvailable (/proc/meminfo) and the room left under the memory cgroup's or RLIMIT_AS's
+  /// limit (read_system_memory, NOTE [System memory limit]); 0 where none can be read.
+  static std::int64_t available_memory() {
+    std::int64_t avail = 0;
+    if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+      char line[256];
+      long long kb = 0;
+      while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = kb * 1024;
+      std::fclose(f);
+    }
+    const SystemMemory s = read_system_memory();
+    if (s.limit > 0) avail = avail > 0 ? std::min(avail, s.room()) : s.room();
+    return avail;
   }
   /// A training step's start and end (remat::StepScope calls them): the arena plans the
   /// step's buffers from the last step's record (NOTE [Planned step layout]).
