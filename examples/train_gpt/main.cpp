@@ -102,7 +102,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", f.threads, "CPU threads")->check(CLI::PositiveNumber);
   app.add_option("--optimizer", f.optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}));
   app.add_option("--momentum", f.momentum, "SGD momentum");
-  app.add_option("--weight-decay", f.weight_decay, "weight decay (decoupled for AdamW)");
+  app.add_option("--weight-decay", f.weight_decay,
+                 "weight decay (decoupled for AdamW), on the matrices (linear weights, embeddings)");
+  app.add_flag("--decay-all", f.decay_all, "apply --weight-decay to every parameter, norms' gains "
+               "and biases too");
   app.add_option("--dropout", f.dropout, "dropout probability");
   app.add_option("--checkpoint", f.checkpoint,
                  "none, block, every:N, sqrt, save_linear (old name: selective), budget:SIZE "

@@ -60,6 +60,7 @@ struct Flags {
               resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
   int snapshot_every = 0, sample = 0, grad_accum = 1, global_batch = 0, vocab_multiple = 1;
   bool json = false, estimate = false, profile = true, zero = false, batch_invariant = false;
+  bool decay_all = false;  // --weight-decay on every parameter, not only on matrices
 };
 
 // --estimate: the predicted peak of a training step under every fixed strategy (and the plan
@@ -570,10 +571,13 @@ int train(Flags f, const CLI::App& app, dist::Comm& comm) {
   // Only the chosen optimizer is built, so only its options are checked (and blamed).
   std::optional<optim::AdamW<B>> adamw;
   std::optional<optim::SGD<B>> sgd;
+  // weight decay on the matrices (rank >= 2: linear weights, embeddings) unless --decay-all,
+  // as GPT-2's recipes in nanoGPT and llm.c do
+  const optim::DecayOn decay_on = f.decay_all ? optim::DecayOn::all : optim::DecayOn::matrices;
   if (f.optimizer == "adamw")
-    adamw.emplace(params, optim::AdamWOptions{f.lr, 0.9f, 0.999f, 1e-8f, f.weight_decay});
+    adamw.emplace(params, optim::AdamWOptions{f.lr, 0.9f, 0.999f, 1e-8f, f.weight_decay, decay_on});
   else
-    sgd.emplace(params, optim::SGDOptions{f.lr, f.momentum, f.weight_decay, false});
+    sgd.emplace(params, optim::SGDOptions{f.lr, f.momentum, f.weight_decay, false, decay_on});
   optim::AdamW<B>* use_adamw = adamw ? &*adamw : nullptr;
   optim::SGD<B>* use_sgd = sgd ? &*sgd : nullptr;
   // One batcher of the whole global batch on every rank (NOTE [data parallel trainer]).

@@ -202,5 +202,18 @@ expect_error "an unknown schedule" "--lr-schedule 'linear' is not a schedule" "$
 expect_error "warmup as long as the run" "--warmup 5 is out of range" "${small[@]}" --steps 5 --lr-schedule cosine --warmup 5
 expect_error "a final rate above the peak" "--min-lr 0.01 is out of range" "${small[@]}" --steps 5 --lr 1e-3 --lr-schedule cosine --min-lr 1e-2
 
+# --weight-decay on the matrices by default, --decay-all on every parameter (issue 26): the
+# losses of steps 2 and 3 differ among the three (norms' gains and biases decay only with
+# --decay-all); step 1's loss comes before any update and is the same.
+for mode in none matrices all; do
+  extra=(--weight-decay 0.5); [ $mode = none ] && extra=(--weight-decay 0); [ $mode = all ] && extra+=(--decay-all)
+  "$BIN" "${small[@]}" --steps 3 --json "${extra[@]}" > "$DIR/wd-$mode.jsonl" 2>"$DIR/err" || bad "weight decay $mode: $(cat "$DIR/err")"
+done
+wd_losses() { grep -o '"loss":[^,]*' "$DIR/wd-$1.jsonl" | cut -d: -f2 | tr '\n' ' '; }
+read -r n1 n2 n3 <<< "$(wd_losses none)"; read -r m1 m2 m3 <<< "$(wd_losses matrices)"; read -r a1 a2 a3 <<< "$(wd_losses all)"
+if [ -n "$n3" ] && [ "$n1" = "$m1" ] && [ "$m1" = "$a1" ] && [ "$m3" != "$n3" ] && [ "$m3" != "$a3" ]; then
+  ok "weight decay: on the matrices by default, on everything with --decay-all"; else
+  bad "weight decay losses: none [$n1 $n2 $n3] matrices [$m1 $m2 $m3] all [$a1 $a2 $a3]"; fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

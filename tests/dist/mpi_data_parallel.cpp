@@ -101,6 +101,7 @@ int bitwise(dist::MpiComm& comm) {
     optim::AdamWOptions ao;
     ao.lr = 1e-2f;
     ao.weight_decay = 0.1f;
+    ao.decay_on = optim::DecayOn::matrices;  // decided per parameter, also in the shards
     optim::AdamW<Cpu> oa(a.parameters(), ao);
     dist::ShardedAdamW<Cpu> ob(db, ao);
     const std::int64_t before = memory_stats<Cpu>().live_of(Category::optimizer_state);

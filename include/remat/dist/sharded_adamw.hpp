@@ -80,7 +80,9 @@ class ShardedAdamW {
         if (s >= e) continue;
         float* p = pc.param.template data<float>() + (s - pc.offset);
         B::adamw_update(p, g + (s - lo), m + (s - lo), v + (s - lo), static_cast<std::int64_t>(e - s),
-                        opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2);
+                        opt_.lr, opt_.beta1, opt_.beta2, opt_.eps,
+                        optim::decays(opt_.decay_on, pc.param.shape()) ? opt_.weight_decay : 0.0f,
+                        bc1, bc2);
         B::copy(all + s, p, (e - s) * 4);
       }
       reqs[static_cast<std::size_t>(b)] = dp_.comm().all_gather(all + lo, all, c);

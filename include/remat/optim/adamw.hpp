@@ -21,6 +21,7 @@ struct AdamWOptions {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.01f;
+  DecayOn decay_on = DecayOn::all;  // which parameters weight_decay applies to
 };
 
 template <class B>
@@ -61,18 +62,22 @@ class AdamW {
     const float bc2 = 1.0f - std::pow(opt_.beta2, static_cast<float>(t_));
     // Every parameter in one call: a device updates them in a few launches (NOTE
     // [multi-tensor updates], backend/cuda/optim.cuh); the bits are the per-tensor update's.
-    std::vector<UpdateSlice> slices;
-    slices.reserve(params_.size());
+    // Two calls where decay applies to some parameters only (DecayOn::matrices): the
+    // parameters it applies to, then the others with none.
+    std::vector<UpdateSlice> slices[2];  // [0]: decayed, [1]: not
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i];
       auto g = p.grad();
       if (!g.defined()) continue;
       const auto [m, v] = make_moments(i);
       used_[i] = 1;
-      slices.push_back({p.template mutable_data<float>(), g.template data<float>(), m, v, p.numel(), false});
+      slices[decays(opt_.decay_on, p.shape()) ? 0 : 1].push_back(
+          {p.template mutable_data<float>(), g.template data<float>(), m, v, p.numel(), false});
     }
-    B::adamw_update_many(slices.data(), slices.size(), opt_.lr, opt_.beta1, opt_.beta2, opt_.eps,
-                         opt_.weight_decay, bc1, bc2);
+    for (int k = 0; k < 2; ++k)
+      if (!slices[k].empty())
+        B::adamw_update_many(slices[k].data(), slices[k].size(), opt_.lr, opt_.beta1, opt_.beta2,
+                             opt_.eps, k == 0 ? opt_.weight_decay : 0.0f, bc1, bc2);
   }
   void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
   AdamWOptions& options() { return opt_; }

@@ -11,6 +11,15 @@
 namespace remat {
 namespace optim {
 
+/// Which parameters an optimizer's weight decay applies to.
+///   all:      every parameter (PyTorch's default for the parameters it is given);
+///   matrices: parameters of rank >= 2 only (the weights of linear layers and embeddings, not
+///             norms' gains or biases), the grouping of nanoGPT and llm.c.
+enum class DecayOn { all, matrices };
+inline bool decays(DecayOn on, const Shape& shape) {
+  return on == DecayOn::all || shape.rank() >= 2;
+}
+
 /// Drops the gradients (set_to_none, the default: memory is freed until the next backward)
 /// or fills them with zeros.
 template <class B>

@@ -17,6 +17,7 @@ struct SGDOptions {
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   bool nesterov = false;
+  DecayOn decay_on = DecayOn::all;  // which parameters weight_decay applies to
 };
 
 template <class B>
@@ -45,19 +46,22 @@ class SGD {
       if (!had_flat) flat_made_ = false;
       throw;
     }
-    std::vector<UpdateSlice> slices;  // all in one call (NOTE [multi-tensor updates])
-    slices.reserve(params_.size());
+    // all in one call (NOTE [multi-tensor updates]); two where decay spares some parameters
+    std::vector<UpdateSlice> slices[2];  // [0]: decayed, [1]: not
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i];
       auto g = p.grad();
       if (!g.defined()) continue;
       float* buf = opt_.momentum != 0.0f ? make_buffer(i) : nullptr;
       if (buf) used_[i] = 1;
-      slices.push_back({p.template mutable_data<float>(), g.template data<float>(), buf, nullptr,
-                        p.numel(), static_cast<bool>(first[i])});
+      slices[decays(opt_.decay_on, p.shape()) ? 0 : 1].push_back(
+          {p.template mutable_data<float>(), g.template data<float>(), buf, nullptr, p.numel(),
+           static_cast<bool>(first[i])});
     }
-    B::sgd_update_many(slices.data(), slices.size(), opt_.lr, opt_.momentum, opt_.weight_decay,
-                       opt_.nesterov);
+    for (int k = 0; k < 2; ++k)
+      if (!slices[k].empty())
+        B::sgd_update_many(slices[k].data(), slices[k].size(), opt_.lr, opt_.momentum,
+                           k == 0 ? opt_.weight_decay : 0.0f, opt_.nesterov);
   }
   void zero_grad(bool set_to_none = true) { optim::zero_grad(params_, set_to_none); }
   SGDOptions& options() { return opt_; }
