@@ -186,14 +186,16 @@ class Model : public remat::nn::Module<B> {
 
 /// The model's training step as a chain of stages for the planner: the embedding (token ids
 /// in: never inside a segment), one stage per block, the head with the loss.
+/// Each block may run as is or checkpointed with one of `options`.
 template <class B>
-remat::Stages<B> stages(const std::shared_ptr<const Model<B>>& m, const remat::Tensor<B>& targets) {
+remat::Stages<B> stages(const std::shared_ptr<const Model<B>>& m, const remat::Tensor<B>& targets,
+                        const std::vector<remat::KeepOption>& options) {
   remat::Stages<B> s;
   s.add_fixed("embed", [m](const remat::Tensor<B>& ids) { return m->embed(ids); });
   for (std::int64_t i = 0; i < m->config().layers; ++i)
     s.add("layers." + std::to_string(i), [m, i](const remat::Tensor<B>& x) {
       return m->block(static_cast<std::size_t>(i), x);
-    });
+    }, options);
   s.add("head", [m, targets](const remat::Tensor<B>& x) { return m->loss(x, targets); });
   return s;
 }
@@ -203,11 +205,13 @@ remat::Stages<B> stages(const std::shared_ptr<const Model<B>>& m, const remat::T
 template <class B>
 remat::StageProgram<B> program(remat::Tape<B>& tape, const Config& c, std::int64_t batch,
                                std::int64_t seq, const std::vector<std::int32_t>& ids,
-                               const std::vector<std::int32_t>& targets) {
+                               const std::vector<std::int32_t>& targets,
+                               const std::vector<remat::KeepOption>& options =
+                                   remat::default_keep_options()) {
   auto m = std::make_shared<const Model<B>>(tape, c);
   remat::StageProgram<B> p;
   p.input = tape.tokens({batch, seq}, ids);
-  p.stages = stages<B>(m, tape.tokens({batch, seq}, targets));
+  p.stages = stages<B>(m, tape.tokens({batch, seq}, targets), options);
   p.parameters = m->parameters();
   return p;
 }

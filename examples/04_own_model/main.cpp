@@ -6,6 +6,8 @@
 //   - the certified peak (the estimate, on the shape-only twin) = the real ledger's, to the byte;
 //   - the process's memory growth (VmHWM - VmRSS before) against the ledger's peak;
 //   - the planned run's losses and weights = the plain run's, bit for bit;
+//   - every checkpoint policy, each block a segment with it, keeps no more saved activations
+//     than the plain run (the ledger's peak of them over a step);
 //   - with --compare, the plan's step time against every fixed schedule that fits the budget.
 // Exits 1 when a check fails.
 //
@@ -150,6 +152,28 @@ int main(int argc, char** argv) try {
     std::printf("plain run: ledger peak %s; losses and weights after %d steps %s the planned run's\n",
                 format_bytes(p.ledger_peak).c_str(), steps, same ? "equal, bit for bit," : "DIFFER from");
     ok = ok && same;
+  }
+  {  // every policy, each block a segment with it: keeps no more than the plain run
+    const std::vector<KeepOption> policies = {
+        KeepOption::keep_all(), KeepOption::with(policy::save_linear()),
+        KeepOption::with(policy::save_matmuls()), KeepOption::with(policy::save_all_but_attention()),
+        KeepOption::with(policy::megatron_selective())};
+    auto build_p = [&](auto& tape) {
+      return llama::program(tape, c, batch, seq, ids, tgt, policies);
+    };
+    const plan::Chain pc = stage_chain<Cpu>(build_p, opts);
+    const std::int64_t plain_kept = all.step.peak_of(Category::activations);
+    std::printf("%-32s %16s %12s\n", "every block a segment with", "kept at most", "step peak");
+    for (const plan::NamedSchedule& f : fixed_stage_schedules(pc)) {
+      if (f.name == "keep_all") continue;
+      const StepEstimate e = estimate_stages_step<Cpu>(build_p, f.schedule);
+      const std::int64_t kept = e.step.peak_of(Category::activations);
+      std::printf("%-32s %16s %12s%s\n", f.name.c_str(), format_bytes(kept).c_str(),
+                  format_bytes(e.peak()).c_str(), kept <= plain_kept ? "" : "  MORE than plain");
+      ok = ok && kept <= plain_kept;
+    }
+    std::printf("%-32s %16s %12s\n", "(the plain run)", format_bytes(plain_kept).c_str(),
+                format_bytes(all.peak()).c_str());
   }
   if (compare) {  // each fixed schedule that fits the budget, timed in this process
     std::printf("%-24s %12s %12s %10s\n", "schedule", "certified", "need", "step ms");

@@ -46,15 +46,28 @@ TEST_CASE("the helpers report a function whose gradients differ", "[checkpoint][
   Tape<Cpu> tape;
   nn::GPT<Cpu> model(tape, config("none"));
   auto x = tape.randn({2, 16, 32}, 1.0f, 1, true);
-  float scale = 1.0f;
-  auto impure = [&](const T& in) {  // values change from call to call; shapes do not
-    scale += 0.5f;
-    return model.h[0](in * scale);
+  // A constant whose values change from call to call (written behind the version counter's
+  // back); no shape or attribute changes.
+  const T c = tape.full({32}, 1.0f);
+  auto impure = [&](const T& in) {
+    c.data<float>()[0] += 0.5f;
+    return model.h[0](in * c);
   };
   const auto r = testing::checkpoint_equivalence(tape, impure, model.parameters(),
                                                  CheckpointOptions{}, x);
   CHECK_FALSE(r.equal);
   CHECK_THAT(r.detail, REMAT_CONTAINS("gradient 2 element 0"));  // h.0.ln_1.weight: wte, wpe get none
+  // An attribute that changes (a scale read from a counter): the replay check names the op.
+  float scale = 1.0f;
+  auto counter = [&](const T& in) {
+    scale += 0.5f;
+    return model.h[0](in * scale);
+  };
+  const auto r2 = testing::checkpoint_equivalence(tape, counter, model.parameters(),
+                                                  CheckpointOptions{}, x);
+  CHECK_FALSE(r2.equal);
+  CHECK_THAT(r2.detail, REMAT_CONTAINS("op 0 (affine) ran on other input shapes or with other "
+                                       "attributes in the replay"));
   const auto ok = testing::checkpoint_equivalence(tape, [&](const T& in) { return model.h[1](in); },
                                                   model.parameters(), CheckpointOptions{}, x);
   CHECK(ok.equal);

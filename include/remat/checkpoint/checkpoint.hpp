@@ -9,10 +9,12 @@
 //    outlives its op. The tape records one "checkpoint" node: inputs, outputs, a copy of fn, the
 //    RNG seed and counter at the start, the first run's op trace, the outputs the policy kept,
 //    and what fn read from outside (NOTE [captured tensors]).
-// 2. Backward at that node restores the RNG seed and counter (then puts the caller's back), replays fn on aliases of the inputs into a
-//    scratch range of the tape, checks the replay against the first run (every op's kind, shape
-//    and dtype; with verify_values also its bytes), backpropagates through the scratch range and
-//    frees it at once. Captured parameters get their gradients directly; so do the inputs and
+// 2. Backward at that node restores the RNG seed and counter (then puts the caller's back),
+//    replays fn on aliases of the inputs into a scratch range of the tape, checks the replay
+//    against the first run (every op's kind, output shape and dtype, input shapes and
+//    attributes; with verify_values also its bytes), backpropagates through the scratch range
+//    and frees it at once. The replay computes only what backward reads (NOTE [replay only what
+//    backward needs] in core/segment.hpp). Captured parameters get their gradients directly; so do the inputs and
 //    captured recorded tensors: the replay's stand-ins for them share their real gradient
 //    buffers (NOTE 9).
 // 3. fn must be pure in its inputs and captured tensors. The replay check catches state that
@@ -246,6 +248,11 @@ struct CheckpointBody final : NodeBody<B> {
       EnableGrad grad_on;
       FrameGuard<B> guard(tape, &frame);
       out = std::apply(fn, in);
+    } catch (const ReplayDiverged&) {  // as check_outputs reports a difference
+      tape.set_seed(seed_after);
+      tape.set_rng_offset(rng_after);
+      throw Error(detail::cat("remat::checkpoint: replay of ", label(), " differs from the "
+                              "forward pass: ", frame.mismatch, kImpureHint));
     } catch (const OutOfMemory& e) {  // stays OutOfMemory, so a caller can re-plan
       tape.set_seed(seed_after);
       tape.set_rng_offset(rng_after);
@@ -299,6 +306,7 @@ struct CheckpointBody final : NodeBody<B> {
     SegmentStats& st = tape.segment_stats(id);
     st.replays += 1;
     st.remat_bytes = frame.remat_bytes;
+    st.skipped_ops = frame.skipped_ops;
     st.replay_s += replay_s;
   }
 
@@ -346,9 +354,11 @@ struct CheckpointBody final : NodeBody<B> {
     }
   }
 
+  static constexpr const char* kImpureHint =
+      ". Does the checkpointed function read state that changes between forward and backward "
+      "(a cache, a counter, a flag)?";
   void check_outputs(const std::vector<Tensor<B>*>& outs, const std::string& first_diff) const {
-    const char* hint = ". Does the checkpointed function read state that changes between "
-                       "forward and backward (a cache, a counter, a flag)?";
+    const char* hint = kImpureHint;
     const std::string where = first_diff.empty() ? "" : "; first difference: " + first_diff;
     REMAT_CHECK(outs.size() == out_meta.size(), "remat::checkpoint: replay of ", label(),
                 " produced ", outs.size(), " outputs, but the forward pass produced ",
@@ -436,6 +446,10 @@ auto checkpoint(const CheckpointOptions& opt, Fn&& fn, const Tensor<B>& first,
     std::array<Tensor<B>, N> args = in;
     return Out(std::apply(body->fn, args));
   }();
+  frame.producer.clear();
+  // Keep only what the plain run keeps, and plan what the replay computes (NOTE [replay only
+  // what backward needs] in core/segment.hpp).
+  detail::plan_replay(body->trace, body->kept, body->kept_state, body->opt.verify_values());
   std::vector<Tensor<B>*> outs;
   detail::collect<B>(out, outs);
   REMAT_CHECK(!outs.empty(), "remat::checkpoint: the function returned no tensor (expected at "
@@ -533,20 +547,21 @@ Tensor<B> checkpoint_sequential(const Blocks& blocks, std::size_t segments, cons
   return h;
 }
 
-/// The per-segment ledger of a tape as a table: bytes freed in forward, kept, recomputed, and
-/// the replays with their time.
+/// The per-segment ledger of a tape as a table: bytes freed in forward, kept, recomputed, the
+/// ops the last replay skipped, and the replays with their time.
 template <class B>
 std::string segment_table(Tape<B>& tape) {
   std::string s =
       "segment                  forwards  replays  boundary MiB  kept MiB  freed MiB  "
-      "remat MiB  replay ms\n";
+      "remat MiB  skipped  replay ms\n";
   char line[256];
   for (const auto& st : tape.segment_stats()) {
-    std::snprintf(line, sizeof line, "%-24s %8lld %8lld %13.2f %9.2f %10.2f %10.2f %10.1f\n",
+    std::snprintf(line, sizeof line, "%-24s %8lld %8lld %13.2f %9.2f %10.2f %10.2f %8lld %10.1f\n",
                   st.name.c_str(), static_cast<long long>(st.forwards),
                   static_cast<long long>(st.replays), st.boundary_bytes / 1048576.0,
                   st.kept_bytes / 1048576.0, st.freed_bytes / 1048576.0,
-                  st.remat_bytes / 1048576.0, st.replay_s * 1e3);
+                  st.remat_bytes / 1048576.0, static_cast<long long>(st.skipped_ops),
+                  st.replay_s * 1e3);
     s += line;
   }
   return s;

@@ -1,10 +1,13 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // Selective checkpoint policies: which interior ops' outputs a segment keeps from its first run
-// instead of recomputing them in backward. Ops that can rebuild their backward state from their
-// output (they define `save`: linear, matmul, pointwise, shape ops) are kept by their output;
-// the others (layer norm, attention, the loss) only by a policy with keep_state, which keeps
-// their whole saved state (policy::megatron_selective).
+// instead of recomputing them in backward. A policy chooses among the tensors a plain run keeps
+// for backward and never keeps another (NOTE [replay only what backward needs] in
+// core/segment.hpp), so a checkpointed segment holds at most what the plain run holds. Ops
+// that can rebuild their backward state from their output (they define `save`: linear,
+// matmul, pointwise, shape ops) are kept by their output; the others (layer norm, attention,
+// the loss) only by a policy with keep_state, which keeps their whole saved state
+// (policy::megatron_selective).
 
 #include <cstring>
 #include <functional>
@@ -29,11 +32,6 @@ inline bool is_op(const OpInfo& op, const char* name) { return std::strcmp(op.op
 inline bool is_weight_product(const OpInfo& op) {
   return is_op(op, "linear") || is_op(op, "mlp") || (is_op(op, "matmul") && op.with_weight);
 }
-/// A copy that reorders or gathers (permute, slice, concat): recomputed from its input for
-/// the cost of a copy, so kept only by a policy that asks for everything.
-inline bool is_copy(const OpInfo& op) {
-  return is_op(op, "permute") || is_op(op, "slice") || is_op(op, "concat");
-}
 /// The attention core (scores, softmax, times values), fused into one op.
 inline bool is_attention_core(const OpInfo& op) {
   return is_op(op, "attention") || is_op(op, "self_attention");
@@ -41,13 +39,15 @@ inline bool is_attention_core(const OpInfo& op) {
 }  // namespace detail
 
 /// Keep the outputs of the products with a weight (linear layers, however written: linear,
-/// mlp, a matmul taking a parameter); recompute everything else in the segment: layer
-/// norms, pointwise ops (GELU, residual adds, dropout) and the attention core. A fused MLP
-/// (remat::mlp: two linear layers with the GELU between them inside its GEMMs) keeps its state
-/// less the GELU's output (its input, its first layer's output, and its own output; backward
-/// rebuilds the GELU's output from the first layer's). (This is
-/// not Megatron-LM's selective recompute, which keeps norms and pointwise ops as well and
-/// recomputes only the attention core: policy::megatron_selective.)
+/// mlp, a matmul taking a parameter) that backward reads; recompute everything else in the
+/// segment: layer norms, pointwise ops (GELU, residual adds, dropout) and the attention core. A
+/// product whose output only a residual add or a copy reads is not kept (the plain run does not
+/// keep it either): the replay recomputes it, or skips it when nothing recomputed reads it. A
+/// fused MLP (remat::mlp: two linear layers with the GELU between them inside its GEMMs) keeps
+/// its state less the GELU's output (its input and its first layer's output; backward rebuilds
+/// the GELU's output from the first layer's). (This is not Megatron-LM's selective recompute,
+/// which keeps norms and pointwise ops as well and recomputes only the attention core:
+/// policy::megatron_selective.)
 inline Policy save_linear() {
   Policy p;
   p.name = "save_linear";
@@ -56,10 +56,10 @@ inline Policy save_linear() {
   return p;
 }
 
-/// Keep every output that an op can rebuild its backward from (linear, matmul, pointwise, shape
-/// ops) and the fused MLP's state (less the GELU output, which its backward rebuilds);
-/// recompute only layer norms and the attention core. The
-/// cheapest replay that still drops attention's state (its probabilities, when they are kept).
+/// Keep every output that backward reads and that an op can rebuild its backward from (linear,
+/// matmul, pointwise, shape ops), and the fused MLP's state (less the GELU output, which its
+/// backward rebuilds); recompute only layer norms and the attention core. The cheapest replay
+/// that still drops attention's state (its probabilities, when they are kept).
 inline Policy save_all_but_attention() {
   Policy p;
   p.name = "save_all_but_attention";
@@ -72,23 +72,19 @@ inline Policy save_all_but_attention() {
 /// Recomputation in Large Transformer Models"): keep every op's state as a plain run would,
 /// except the attention core, the only op recomputed in backward. Here the core is one fused op
 /// (attention, self_attention: scores, softmax, probabilities times values), so a segment drops
-/// its state (lse, B H T floats, or the probabilities, B H T T, on a materialized path) and
-/// replays nothing else but copies (permute, slice, concat: a model's head split and merge),
-/// which it recomputes from their inputs rather than keep a second copy of each. A model that
-/// writes the core as separate matmul and softmax ops needs policy::custom to say which those
-/// are.
+/// its state (lse, B H T floats, or the probabilities, B H T T, on a materialized path, and its
+/// output) and recomputes nothing else. A model that writes the core as separate matmul and
+/// softmax ops needs policy::custom to say which those are.
 inline Policy megatron_selective() {
   Policy p;
   p.name = "megatron_selective";
   p.keep_state = true;
-  p.keep_op = [](const OpInfo& op) {
-    return !detail::is_attention_core(op) && !detail::is_copy(op);
-  };
+  p.keep_op = [](const OpInfo& op) { return !detail::is_attention_core(op); };
   return p;
 }
 
-/// JAX's checkpoint_dots: keep every matrix product's output (linear and matmul), and a fused
-/// MLP's state less its GELU output.
+/// JAX's checkpoint_dots: keep every matrix product's output (linear and matmul) that backward
+/// reads, and a fused MLP's state less its GELU output.
 inline Policy save_matmuls() {
   Policy p;
   p.name = "save_matmuls";
@@ -132,7 +128,7 @@ Tensor<B> tag(const Tensor<B>& x, std::string name) {
   for (const auto& n : top.policy->keep_names)
     if (n == x.impl()->name && (*top.trace)[static_cast<std::size_t>(i)].keepable &&
         x.impl()->segment_grad)
-      top.kept->emplace(i, x);
+      top.keep(i, x);
   return x;
 }
 

@@ -239,9 +239,20 @@ bool any_needs_grad(const Range& in) {
 // traces it), and the innermost frame decides: in its first run, keep the output if the policy
 // says so (and the op can `save`), record nothing; in its replay, hand a kept output back
 // without computing, else compute; record as usual (replays are recorded into a scratch range).
+template <class B, class Range, class... A>
+OpSignature signature_of(const Range& in, const A&... attrs) {
+  OpSignature s;
+  for (const Tensor<B>& t : in) {
+    sign(s, t.shape());
+    s.add(static_cast<std::uint64_t>(t.dtype()));
+  }
+  (sign(s, attrs), ...);
+  return s;
+}
+
 template <class Op, class B, class Range, class Forward, class Save>
 Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Save&& save,
-                           bool keepable) {
+                           bool keepable, const OpSignature& signature) {
   auto& frames = tape.frames();
   SegmentFrame<B>& top = *frames.back();
   const std::int64_t index = top.count;
@@ -249,25 +260,59 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
   for (auto* f : frames)
     if (f->mode == FrameMode::first_run) first = f;
   if (first) note_outside_reads(*first, Op::name, first->count, in);
+  const std::int64_t first_index = first ? first->count : -1;  // its place in that trace
   typename Op::template Saved<B> saved{};
   Tensor<B> out;
   bool from_cache = false;
   using Saved = typename Op::template Saved<B>;
   if (top.mode == FrameMode::replay) {
-    auto it = top.kept->find(index);
+    const TraceEntry* entry = index < static_cast<std::int64_t>(top.trace->size())
+                                  ? &(*top.trace)[static_cast<std::size_t>(index)] : nullptr;
+    if (entry && std::strcmp(entry->op, Op::name) != 0) entry = nullptr;  // (note() reports it)
+    // The op as the first run ran it? Another input shape or attribute: the function is not
+    // pure, and the replay stops here (its plan may have skipped what this op would read).
+    const bool same = entry && entry->signature == signature.hash;
+    if (entry && !same && entry->signed_fully && signature.full) {
+      if (top.mismatch.empty())
+        top.mismatch = detail::cat("op ", index, " (", Op::name, ") ran on other input shapes "
+                                   "or with other attributes in the replay than in the first "
+                                   "pass");
+      throw ReplayDiverged(top.mismatch);
+    }
+    const auto state = [&]() -> const Saved* {  // a state kept whole (Policy::keep_state)
+      if (!top.kept_state) return nullptr;
+      auto st = top.kept_state->find(index);
+      if (st == top.kept_state->end() || std::strcmp(st->second->op, Op::name) != 0)
+        return nullptr;
+      return &static_cast<const KeptStateOf<B, Saved>&>(*st->second).saved;
+    };
+    auto it = same || !entry || !entry->signed_fully ? top.kept->find(index) : top.kept->end();
     if (it != top.kept->end()) {
       if (keepable) {
         out = it->second;
         save(saved, out);
         from_cache = true;
-      } else if (top.kept_state) {  // kept whole (Policy::keep_state): the first run's state
-        auto st = top.kept_state->find(index);
-        if (st != top.kept_state->end() && std::strcmp(st->second->op, Op::name) == 0) {
-          out = it->second;
-          saved = static_cast<const KeptStateOf<B, Saved>&>(*st->second).saved;
-          from_cache = true;
-        }
+      } else if (const Saved* s = state()) {  // the first run's state
+        out = it->second;
+        saved = *s;
+        from_cache = true;
       }
+    } else if (same && entry->signed_fully && entry->action == ReplayAction::skip) {
+      // NOTE [replay only what backward needs] (core/segment.hpp): nothing reads the output
+      if (keepable) {
+        if (entry->aliases) {  // a view of its input: made as usual, for nothing
+          out = forward(saved);
+        } else {
+          out = skipped_tensor(&tape, entry->shape, entry->dtype);
+          save(saved, out);
+        }
+        from_cache = true;
+      } else if (const Saved* s = state()) {
+        out = skipped_tensor(&tape, entry->shape, entry->dtype);
+        saved = *s;
+        from_cache = true;
+      }
+      if (from_cache) ++top.skipped_ops;
     }
   }
   if (!from_cache) out = forward(saved);
@@ -288,6 +333,28 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
         if (t.defined() && t.category() == Category::temporaries) f->count_saved(t.storage());
       });
   }
+  if (first) {  // the data flow, for the replay's plan (plan_replay, core/segment.hpp)
+    REMAT_ASSERT(first_index + 1 == static_cast<std::int64_t>(first->trace->size()));
+    TraceEntry& entry = first->trace->back();
+    entry.nested = &top != first;
+    entry.signature = signature.hash;
+    entry.signed_fully = signature.full;
+    for (const Tensor<B>& t : in) {
+      entry.inputs.push_back(first->producer_of(t));
+      entry.aliases = entry.aliases || t.storage() == out.storage();
+    }
+    first->producer[out.storage().get()] = static_cast<std::int32_t>(first_index);
+    if (needs) {  // what a plain run keeps, and what `save` would keep in a replay
+      saved.each([&](const Tensor<B>& t) { first->note_saved(t); });
+      if (keepable) {
+        Saved probe{};
+        const std::uint64_t rng = tape.rng_offset();  // (dropout's save draws its counter)
+        save(probe, out);
+        tape.set_rng_offset(rng);
+        probe.each([&](const Tensor<B>& t) { entry.save_refs.push_back(first->producer_of(t)); });
+      }
+    }
+  }
   if (first) {  // the segment in its first run owns the tensor (NOTE [escaped tensors])
     out.impl()->first_run_serial = first->serial;
     out.impl()->first_run_label = first->label;
@@ -305,7 +372,7 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
       for (const Tensor<B>& t : in) with_weight = with_weight || t.category() == Category::parameters;
       if (pol->keep_op(OpInfo{Op::name, index, &shape, static_cast<std::int64_t>(out.bytes()),
                               keepable, with_weight})) {
-        top.kept->emplace(index, out);
+        top.keep(index, out);  // now, or when an op saves it (NOTE [replay only ...])
         if (!keepable) {  // nothing records in a first run: the state moves to the segment
           if constexpr (has_slim<Op, B>::value) Op::slim(saved);
           top.kept_state->emplace(index, std::make_shared<KeptStateOf<B, Saved>>(Op::name,
@@ -323,10 +390,19 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
 
 // An op's forward and backward run with grad mode off: an op composed of other ops (a
 // custom op, core/custom_op.hpp) is recorded once, as itself, never through its insides.
+template <class B>
+struct InsideOp {  // grad mode off, and the tape knows an op's forward runs
+  explicit InsideOp(Tape<B>& t) : tape(t) { tape.enter_op_forward(1); }
+  ~InsideOp() { tape.enter_op_forward(-1); }
+  InsideOp(const InsideOp&) = delete;
+  InsideOp& operator=(const InsideOp&) = delete;
+  Tape<B>& tape;
+  NoGrad no_grad;
+};
 template <class Op, class B, std::size_t N, std::size_t... I, class... A>
 Tensor<B> call_forward(typename Op::template Saved<B>& s, const std::array<Tensor<B>, N>& in,
                        std::index_sequence<I...>, const A&... attrs) {
-  NoGrad inside_the_op;
+  InsideOp<B> inside_the_op(in[0].tape());
   return Op::forward(s, in[I]..., attrs...);
 }
 
@@ -336,7 +412,7 @@ Tensor<B> apply(const std::array<Tensor<B>, N>& in, const A&... attrs) {
   Tape<B>& tape = common_tape<B>(Op::name, in);
   tape.note_leaf_uses(in);  // NOTE [gradient contributions] in core/tape.hpp
   using Seq = std::make_index_sequence<N>;
-  if (tape.in_segment()) {
+  if (tape.in_segment() && !tape.in_op_forward()) {
     using Args = decltype(std::tuple_cat(std::declval<repeat_t<Tensor<B>, N>>(), std::tuple<A...>{}));
     constexpr bool keepable = has_save<Op, B, Args>::value;
     return apply_in_segment<Op>(
@@ -345,7 +421,7 @@ Tensor<B> apply(const std::array<Tensor<B>, N>& in, const A&... attrs) {
         [&](typename Op::template Saved<B>& s, const Tensor<B>& out) {
           if constexpr (keepable) call_save<Op>(s, out, in, Seq{}, attrs...);
         },
-        keepable);
+        keepable, signature_of<B>(in, attrs...));
   }
   typename Op::template Saved<B> saved{};
   Tensor<B> out = call_forward<Op>(saved, in, Seq{}, attrs...);
@@ -359,22 +435,22 @@ Tensor<B> apply_list(const std::vector<Tensor<B>>& in, const A&... attrs) {
   REMAT_CHECK(!in.empty(), "remat::", Op::name, ": needs at least one input, got none");
   Tape<B>& tape = common_tape<B>(Op::name, in);
   tape.note_leaf_uses(in);  // NOTE [gradient contributions] in core/tape.hpp
-  if (tape.in_segment()) {
+  if (tape.in_segment() && !tape.in_op_forward()) {
     constexpr bool keepable = has_save<Op, B, std::tuple<std::vector<Tensor<B>>, A...>>::value;
     return apply_in_segment<Op>(
         tape, in,
         [&](typename Op::template Saved<B>& s) {
-          NoGrad inside_the_op;  // as call_forward
+          InsideOp<B> inside_the_op(tape);  // as call_forward
           return Op::forward(s, in, attrs...);
         },
         [&](typename Op::template Saved<B>& s, const Tensor<B>& out) {
           if constexpr (keepable) Op::save(s, out, in, attrs...);
         },
-        keepable);
+        keepable, signature_of<B>(in, attrs...));
   }
   typename Op::template Saved<B> saved{};
   Tensor<B> out = [&] {
-    NoGrad inside_the_op;  // as call_forward
+    InsideOp<B> inside_the_op(tape);  // as call_forward
     return Op::forward(saved, in, attrs...);
   }();
   if (grad_enabled() && any_requires_grad<B>(in)) record_op<Op>(tape, in, out, std::move(saved));

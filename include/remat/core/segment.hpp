@@ -5,6 +5,7 @@
 // nothing but what its policy asks for; a frame in replay hands those kept outputs back and
 // checks each op against the first run. The public API is in remat/checkpoint/.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -12,6 +13,8 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "remat/core/tensor.hpp"
@@ -50,12 +53,20 @@ struct SegmentStats {
   std::int64_t kept_bytes = 0;      // outputs kept by the policy (last step)
   std::int64_t freed_bytes = 0;     // bytes the interior would have saved without checkpointing
   std::int64_t remat_bytes = 0;     // bytes recomputed by the last replay
+  std::int64_t skipped_ops = 0;     // ops the last replay recorded without computing them
   double replay_s = 0.0;            // total seconds spent re-running fn (not its backward)
 };
 
 namespace detail {
 
 enum class FrameMode { first_run, replay, plain };
+
+/// What the replay does at an op (NOTE [replay only what backward needs]).
+enum class ReplayAction : unsigned char {
+  compute,  // run its forward
+  reuse,    // take the output (and state) kept from the first run
+  skip,     // nothing reads its output: record it with an output that holds no values
+};
 
 /// One op as the first run saw it; the replay must see the same.
 struct TraceEntry {
@@ -64,6 +75,16 @@ struct TraceEntry {
   DType dtype = DType::f32;
   std::uint64_t hash = 0;  // of the output's bytes, when values are verified
   bool keepable = false;   // the op can rebuild its backward state from its output
+  // The data flow, for plan_replay (indices into the trace; ops of this segment only):
+  std::vector<std::int32_t> inputs;     // the ops that made its inputs
+  std::vector<std::int32_t> save_refs;  // the ops whose outputs its `save` keeps for backward
+  bool saved_by_plain = false;  // some op's backward state holds its output (a plain run keeps it)
+  bool aliases = false;         // its output shares an input's buffer (a view: costs nothing)
+  bool nested = false;          // it ran inside a checkpoint nested in this one (always computed)
+  bool read_on_host = false;    // the function read its values (to_vector, item): computed
+  std::uint64_t signature = 0;  // its inputs' shapes and its attributes, hashed (OpSignature)
+  bool signed_fully = false;    // every attribute was hashed
+  ReplayAction action = ReplayAction::compute;
 };
 
 /// The starting value of the hashes below (FNV-1a's offset basis).
@@ -88,6 +109,41 @@ inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
   return h;
 }
 inline std::uint64_t hash_bytes(const std::string& s) { return hash_bytes(s.data(), s.size()); }
+
+/// An op's inputs' shapes and dtypes and its attributes, hashed. A replay reuses a kept output
+/// or skips an op only when its signature is the first run's: a function that changes an op's
+/// attributes between the runs (a counter, a cache) gets the op computed, and the replay check
+/// names it.
+struct OpSignature {
+  std::uint64_t hash = kHashSeed;
+  bool full = true;  // false: an attribute of a type it cannot hash
+  void add(std::uint64_t w) { hash = hash_mix(hash, w); }
+};
+inline void sign(OpSignature& s, const Shape& v) {
+  s.add(static_cast<std::uint64_t>(v.rank()));
+  for (int i = 0; i < v.rank(); ++i) s.add(static_cast<std::uint64_t>(v[i]));
+}
+inline void sign(OpSignature& s, const std::string& v) { s.add(hash_bytes(v)); }
+inline void sign(OpSignature& s, const char* v) { s.add(v ? hash_bytes(std::string(v)) : 0); }
+template <class T>
+void sign(OpSignature& s, const std::vector<T>& v) {
+  s.add(v.size());
+  for (const T& e : v) sign(s, e);
+}
+template <class T>
+void sign(OpSignature& s, const T& v) {
+  if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) {
+    s.add(hash_bytes(&v, sizeof v));
+  } else {
+    s.full = false;  // (a struct's padding bytes are not its value)
+  }
+}
+
+/// Thrown inside a replay that ran an op other than the first run did (SegmentFrame::mismatch
+/// says which); checkpoint's backward reports it as the replay check does.
+struct ReplayDiverged : Error {
+  using Error::Error;
+};
 
 /// The saved state of an op a policy kept whole (Policy::keep_state), type-erased.
 template <class B>
@@ -132,6 +188,10 @@ struct SegmentFrame {
   bool touched_grad = false;                 // first run: some op's input needed a gradient
   std::int64_t freed_bytes = 0;              // first run: bytes the ops would have saved
   std::int64_t remat_bytes = 0;              // replay: bytes of recomputed outputs
+  std::int64_t skipped_ops = 0;              // replay: ops recorded without computing
+  // First run: which op of the trace made each buffer, as it is made (buffers are alive while
+  // an op reads them, so a lookup always finds the op that made the buffer read).
+  std::unordered_map<const void*, std::int32_t> producer;
   std::string mismatch;                      // replay: the first op that differs, described
   // First run (NOTE [captured tensors] in checkpoint/checkpoint.hpp): the segment's inputs; the
   // recorded tensors made outside that the function read without taking them as inputs, in the
@@ -152,7 +212,13 @@ struct SegmentFrame {
   void note(const char* op, const Tensor<B>& out, std::uint64_t hash, bool keepable) {
     const std::int64_t i = count++;
     if (mode == FrameMode::first_run) {
-      trace->push_back(TraceEntry{op, out.shape(), out.dtype(), hash, keepable});
+      TraceEntry e;
+      e.op = op;
+      e.shape = out.shape();
+      e.dtype = out.dtype();
+      e.hash = hash;
+      e.keepable = keepable;
+      trace->push_back(std::move(e));
     } else if (mode == FrameMode::replay && mismatch.empty()) {
       if (i >= static_cast<std::int64_t>(trace->size())) {
         mismatch = detail::cat("op ", i, " (", op, ") did not run in the first pass, which ran ",
@@ -171,11 +237,111 @@ struct SegmentFrame {
                                "pass (bitwise)");
     }
   }
+  /// First run: the trace index of the op that made t's buffer in this segment, or -1.
+  std::int32_t producer_of(const Tensor<B>& t) const {
+    if (!t.defined()) return -1;
+    auto it = producer.find(t.storage().get());
+    return it == producer.end() ? -1 : it->second;
+  }
+  // First run: outputs a policy chose that no op has saved yet, held weakly: a policy keeps
+  // only what a plain run keeps, and holding them all through the first run would raise its
+  // peak above the plain run's (NOTE [replay only what backward needs]).
+  std::map<std::int64_t, std::weak_ptr<TensorImpl<B>>> candidates;
+
+  /// First run: a policy chose op i's output. Kept at once when an op saved it already (its
+  /// own op: exp, softmax), else when one does (note_saved), else not at all.
+  void keep(std::int64_t i, const Tensor<B>& out) {
+    if ((*trace)[static_cast<std::size_t>(i)].saved_by_plain)
+      kept->emplace(i, out);
+    else
+      candidates[i] = out.impl_ptr();
+  }
+  /// First run: an op's backward state holds t (what a plain run keeps).
+  void note_saved(const Tensor<B>& t) {
+    const std::int32_t p = producer_of(t);
+    if (p < 0) return;
+    TraceEntry& e = (*trace)[static_cast<std::size_t>(p)];
+    e.saved_by_plain = true;
+    auto c = candidates.find(p);
+    if (c == candidates.end()) return;
+    std::shared_ptr<TensorImpl<B>> impl = c->second.lock();
+    candidates.erase(c);
+    if (impl) {
+      kept->emplace(p, Tensor<B>(std::move(impl)));
+    } else if (t.storage()->bytes() == static_cast<std::size_t>(e.shape.numel()) *
+                                           dtype_size(e.dtype)) {  // gone; its buffer is t's
+      Tensor<B> a = detail::alias(t, t.shape());
+      a.impl()->shape = e.shape;
+      a.impl()->dtype = e.dtype;
+      kept->emplace(p, a);
+    }
+  }
+  /// First run: the function read this buffer's values on the host.
+  void note_host_read(const void* storage) {
+    auto it = producer.find(storage);
+    if (it != producer.end()) (*trace)[static_cast<std::size_t>(it->second)].read_on_host = true;
+  }
   /// First run: counts the bytes an op would have saved, each buffer once.
   void count_saved(const std::shared_ptr<Storage<B>>& s) {
     if (s && counted.insert(s).second) freed_bytes += static_cast<std::int64_t>(s->bytes());
   }
 };
+
+// NOTE [replay only what backward needs]
+// A policy chooses among the tensors a plain run keeps for backward; it never keeps one the
+// plain run would not (the output of a product that only a residual add reads, of a copy that
+// another copy reads), so a segment holds at most the plain run's bytes. And the replay computes
+// only what backward reads. After the first run, plan_replay walks its trace from the last op
+// to the first and gives each op one action:
+//   reuse    its output was kept (a policy's choice that the plain run saves too);
+//   skip     no later computed op reads its output and no backward state holds it, and the op
+//            can rebuild its state without computing (it defines `save`, or its state was kept
+//            whole): it is recorded with an output that holds no values (Tensor::data throws
+//            on it), so its backward runs as in the plain run. A block's last residual add is
+//            such an op (its output only seeds the gradient), and so is each product whose
+//            output only feeds a kept op;
+//   compute  everything else, every op whose values the function read on the host (item(),
+//            to_vector(): logging inside a block keeps working), and every op when values are
+//            verified or inside a nested segment.
+// Every input of a computed op, and every tensor a reused or skipped op's `save` holds, is
+// needed: its op is computed unless kept. The gradients are the plain run's bit for bit: the
+// same nodes are recorded with the same state; only values nothing reads are not computed.
+template <class B>
+void plan_replay(std::vector<TraceEntry>& trace, std::map<std::int64_t, Tensor<B>>& kept,
+                 std::map<std::int64_t, std::shared_ptr<KeptState<B>>>& kept_state,
+                 bool compute_all) {
+  const std::int64_t n = static_cast<std::int64_t>(trace.size());
+  for (auto it = kept.begin(); it != kept.end();) {  // only what the plain run keeps
+    if (it->first < n && trace[static_cast<std::size_t>(it->first)].saved_by_plain) {
+      ++it;
+    } else {
+      it = kept.erase(it);  // (a state kept whole stays: the op may still be skipped)
+    }
+  }
+  std::vector<char> needed(trace.size(), 0);
+  const auto need = [&](const std::vector<std::int32_t>& ops) {
+    for (std::int32_t j : ops)
+      if (j >= 0) needed[static_cast<std::size_t>(j)] = 1;
+  };
+  for (std::int64_t k = n - 1; k >= 0; --k) {
+    TraceEntry& t = trace[static_cast<std::size_t>(k)];
+    const bool own_state = std::find(t.save_refs.begin(), t.save_refs.end(),
+                                     static_cast<std::int32_t>(k)) != t.save_refs.end();
+    const bool rebuilds = (t.keepable && !own_state) || kept_state.count(k) != 0;
+    if (kept.count(k) != 0) {
+      t.action = ReplayAction::reuse;
+      if (t.keepable) need(t.save_refs);
+    } else if (!compute_all && !t.nested && !t.read_on_host &&
+               !needed[static_cast<std::size_t>(k)] && rebuilds) {
+      t.action = ReplayAction::skip;
+      if (kept_state.count(k) == 0) need(t.save_refs);
+    } else {
+      t.action = ReplayAction::compute;
+      kept_state.erase(k);  // recomputed: a state kept whole would only be held twice
+      need(t.inputs);
+    }
+  }
+}
 
 }  // namespace detail
 }  // namespace remat

@@ -62,6 +62,11 @@ class Storage {
   std::size_t bytes() const noexcept { return bytes_; }
   Category category() const noexcept { return category_; }
 
+  /// An output a checkpoint replay recorded without computing it (NOTE [replay only what
+  /// backward needs], core/segment.hpp): no bytes, and nothing may read it.
+  bool skipped() const noexcept { return skipped_; }
+  void mark_skipped() noexcept { skipped_ = true; }
+
   /// The buffer this one is a view of (null: it owns its bytes) and where in it.
   const std::shared_ptr<Storage>& parent() const noexcept { return parent_; }
   std::size_t offset() const noexcept { return offset_; }
@@ -97,6 +102,7 @@ class Storage {
   std::uint64_t version_ = 0;
   int saved_refs_ = 0;
   bool promoted_ = false;
+  bool skipped_ = false;
   std::shared_ptr<Storage> parent_;  // a view's: NOTE [flat buffers]
   std::size_t offset_ = 0;
 };

@@ -454,6 +454,17 @@ class Tape {
     owner->output_shapes.push_back(ti.shape);
     owner->body->add_escaped_output(ti.segment_op);
   }
+  /// True while an op's forward runs: the ops it is made of are part of it, run as plain
+  /// calls (core/apply.hpp), and checkpoint segments trace only the op itself.
+  bool in_op_forward() const noexcept { return op_depth_ > 0; }
+  void enter_op_forward(int d) noexcept { op_depth_ += d; }
+  /// A host read (to_vector, item) of t: when a segment's first run made it, its replay
+  /// computes it too (NOTE [replay only what backward needs], core/segment.hpp).
+  void note_host_read(const TensorImpl<B>& t) {
+    for (auto* f : frames_)
+      if (f->mode == detail::FrameMode::first_run && f->serial == t.first_run_serial)
+        f->note_host_read(t.storage.get());
+  }
   /// False while some enclosing segment runs its first (unrecorded) pass.
   bool recording() const noexcept { return unrecorded_ == 0; }
   std::vector<detail::SegmentFrame<B>*>& frames() noexcept { return frames_; }
@@ -803,6 +814,7 @@ class Tape {
   std::uint64_t rng_offset_ = 0;
   std::vector<detail::SegmentFrame<B>*> frames_;
   int unrecorded_ = 0;
+  int op_depth_ = 0;  // ops whose forward is running (an op made of ops: custom_op.hpp)
   std::uint64_t frame_serial_ = 0;
   std::vector<SegmentStats> segment_stats_;
   std::map<std::tuple<std::string, std::type_index, int>, std::size_t> segment_rows_;

@@ -83,6 +83,12 @@ class Tensor {
   T* data() const {
     REMAT_CHECK(dtype_of<T>::value == dtype(), "remat::Tensor::data: element type is ",
                 dtype_name(dtype()), ", asked for ", dtype_name(dtype_of<T>::value));
+    REMAT_CHECK(!get().storage->skipped(), "remat::Tensor::data: ", shape().str(), " ",
+                dtype_name(dtype()), " was made by an op that a checkpoint replay did not "
+                "compute, because no backward and no computed op reads it (NOTE [replay only "
+                "what backward needs]); its values do not exist. Hint: inside a checkpointed "
+                "function, read values with item() or to_vector() (the replay then computes "
+                "them), or run it with CheckpointOptions::verify_values(true)");
     return static_cast<T*>(get().storage->data());
   }
   /// data() for an in-place write: bumps the storage's version (NOTE [version counter]).
@@ -97,6 +103,7 @@ class Tensor {
   /// Copies the elements to the host.
   template <class T = float>
   std::vector<T> to_vector() const {
+    if (get().first_run_serial != 0) get().tape->note_host_read(get());  // NOTE [replay only ...]
     std::vector<T> out(static_cast<std::size_t>(numel()));
     if (!out.empty()) B::copy_to_host(out.data(), data<T>(), bytes());
     return out;
@@ -157,6 +164,18 @@ Tensor<B> make_tensor(Tape<B>* tape, const Shape& shape, DType dt = DType::f32,
 template <class B>
 Tensor<B> empty_like(const Tensor<B>& t) {
   return make_tensor<B>(&t.tape(), t.shape(), t.dtype());
+}
+/// An output a checkpoint replay records without computing it: `shape` and `dt`, no bytes,
+/// and data() throws (NOTE [replay only what backward needs], core/segment.hpp).
+template <class B>
+Tensor<B> skipped_tensor(Tape<B>* tape, const Shape& shape, DType dt) {
+  auto impl = std::make_shared<TensorImpl<B>>();
+  impl->storage = std::make_shared<Storage<B>>(0, Category::temporaries);
+  impl->storage->mark_skipped();
+  impl->shape = shape;
+  impl->dtype = dt;
+  impl->tape = tape;
+  return Tensor<B>(std::move(impl));
 }
 /// A tensor sharing `t`'s storage under another shape (same element count).
 template <class B>
