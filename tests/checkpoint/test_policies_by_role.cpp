@@ -96,8 +96,10 @@ TEST_CASE("policies decide by role on a Llama-style block written from primitive
     // save_linear finds the linear layers by what they are: a matmul with a parameter. Before
     // (by class, nn::Linear only) it kept nothing here.
     if (pol.name == "save_linear") CHECK(st->kept_bytes == weight_products);
-    // save_matmuls: the same (the norms' products are pointwise, not matmuls).
-    if (pol.name == "save_matmuls") CHECK(st->kept_bytes == weight_products);
+    // save_matmuls keeps every product backward reads: those, and the two RMSNorms'
+    // broadcasts of their (B, T, 1) scale over C (NOTE [broadcasting]: a product with a row of
+    // ones), which the norms' products save through a reshape of them.
+    if (pol.name == "save_matmuls") CHECK(st->kept_bytes == weight_products + 2 * f4 * B * Tn * C);
     // The other two keep everything the plain run keeps but the attention core's state (this
     // model has no layer_norm op, so they coincide), and recompute only the core.
     if (pol.name == "save_all_but_attention" || pol.name == "megatron_selective") {

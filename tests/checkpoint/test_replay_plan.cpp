@@ -140,3 +140,25 @@ TEST_CASE("a skipped output's values cannot be read", "[checkpoint][replay][erro
   REQUIRE_THROWS_WITH(tape.backward(sum(y * y)),
                       REMAT_CONTAINS("was made by an op that a checkpoint replay did not compute"));
 }
+
+TEST_CASE("a product saved through a view of it is kept by save_linear", "[checkpoint][replay]") {
+  Tape<Cpu> tape(3);
+  const T w = tape.randn({8, 8}, 0.3f, 1, true, Category::parameters);
+  const T x = tape.randn({4, 8}, 1.0f, 2, true);
+  // SiLU saves its input: a reshape (a view) of the product, so the plain run keeps the
+  // product's buffer, and keeping the product costs nothing more.
+  auto fn = [&](const T& in) { return silu(reshape(matmul(in, w), {2, 2, 8})); };
+  w.clear_grad();
+  tape.backward(sum(fn(x)));
+  const auto plain = w.grad().to_vector();
+  w.clear_grad();
+  const T y = checkpoint(CheckpointOptions{}.name("view").policy(policy::save_linear()), fn, x);
+  tape.backward(sum(y));
+  const auto ck = w.grad().to_vector();
+  CHECK(std::memcmp(plain.data(), ck.data(), plain.size() * sizeof(float)) == 0);
+  const SegmentStats* st = tape.find_segment_stats("view");
+  REQUIRE(st != nullptr);
+  CHECK(st->kept_bytes == 4 * 8 * 4);  // the product, through its view
+  CHECK(st->remat_bytes == 0);         // the view is made again, nothing is computed
+  CHECK(st->skipped_ops == 1);         // SiLU: only the gradient reads its output
+}

@@ -341,7 +341,10 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
     entry.signed_fully = signature.full;
     for (const Tensor<B>& t : in) {
       entry.inputs.push_back(first->producer_of(t));
-      entry.aliases = entry.aliases || t.storage() == out.storage();
+      if (t.storage() == out.storage()) {
+        entry.aliases = true;
+        entry.alias_of = first->producer_of(t);
+      }
     }
     first->producer[out.storage().get()] = static_cast<std::int32_t>(first_index);
     if (needs) {  // what a plain run keeps, and what `save` would keep in a replay
@@ -381,7 +384,9 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
       }
     }
   } else if (top.mode == FrameMode::replay && !from_cache) {
-    top.remat_bytes += static_cast<std::int64_t>(out.bytes());
+    bool view = false;  // a view of an input allocates and computes nothing
+    for (const Tensor<B>& t : in) view = view || t.storage() == out.storage();
+    if (!view) top.remat_bytes += static_cast<std::int64_t>(out.bytes());
   }
   if (tape.recording() && grad_enabled() && any_requires_grad<B>(in))
     record_op<Op>(tape, in, out, std::move(saved));

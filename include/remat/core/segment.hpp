@@ -80,6 +80,7 @@ struct TraceEntry {
   std::vector<std::int32_t> save_refs;  // the ops whose outputs its `save` keeps for backward
   bool saved_by_plain = false;  // some op's backward state holds its output (a plain run keeps it)
   bool aliases = false;         // its output shares an input's buffer (a view: costs nothing)
+  std::int32_t alias_of = -1;   // ... made by this op (keeping either keeps the same bytes)
   bool nested = false;          // it ran inside a checkpoint nested in this one (always computed)
   bool read_on_host = false;    // the function read its values (to_vector, item): computed
   std::uint64_t signature = 0;  // its inputs' shapes and its attributes, hashed (OpSignature)
@@ -125,6 +126,10 @@ inline void sign(OpSignature& s, const Shape& v) {
 }
 inline void sign(OpSignature& s, const std::string& v) { s.add(hash_bytes(v)); }
 inline void sign(OpSignature& s, const char* v) { s.add(v ? hash_bytes(std::string(v)) : 0); }
+template <std::size_t N>
+void sign(OpSignature& s, const char (&v)[N]) {  // a string literal
+  sign(s, static_cast<const char*>(v));
+}
 template <class T>
 void sign(OpSignature& s, const std::vector<T>& v) {
   s.add(v.size());
@@ -256,10 +261,15 @@ struct SegmentFrame {
     else
       candidates[i] = out.impl_ptr();
   }
-  /// First run: an op's backward state holds t (what a plain run keeps).
+  /// First run: an op's backward state holds t (what a plain run keeps): the op that made its
+  /// buffer, and the ops that made the buffer it views (reshape(matmul(x, w)) saved keeps the
+  /// product's bytes, so keeping the product costs nothing more).
   void note_saved(const Tensor<B>& t) {
-    const std::int32_t p = producer_of(t);
-    if (p < 0) return;
+    for (std::int32_t p = producer_of(t); p >= 0;
+         p = (*trace)[static_cast<std::size_t>(p)].alias_of)
+      mark_saved(p, t);
+  }
+  void mark_saved(std::int32_t p, const Tensor<B>& t) {
     TraceEntry& e = (*trace)[static_cast<std::size_t>(p)];
     e.saved_by_plain = true;
     auto c = candidates.find(p);
