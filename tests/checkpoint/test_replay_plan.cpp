@@ -15,15 +15,19 @@ using T = Tensor<Cpu>;
 
 namespace {
 
-int g_forwards = 0;  // CountOp's forward calls
+int g_forwards = 0;  // CountOp's and AffineOfOps's forward calls
+
+// The state of an op whose backward reads nothing saved.
+template <class B>
+struct NoState {
+  template <class F> void each(F) const {}
+};
 
 // y = 2 x, counted.  dx += 2 dy: backward reads nothing saved, and `save` rebuilds nothing.
 struct CountOp {
   static constexpr const char* name = "count";
   template <class B>
-  struct Saved {
-    template <class F> void each(F) const {}
-  };
+  using Saved = NoState<B>;
   template <class B>
   static Tensor<B> forward(Saved<B>&, const Tensor<B>& x) {
     ++g_forwards;
@@ -48,9 +52,7 @@ struct CountOp {
 struct AffineOfOps {
   static constexpr const char* name = "affine_of_ops";
   template <class B>
-  struct Saved {
-    template <class F> void each(F) const {}
-  };
+  using Saved = NoState<B>;
   template <class B>
   static Tensor<B> forward(Saved<B>&, const Tensor<B>& x) {
     ++g_forwards;

@@ -316,6 +316,9 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
     }
   }
   if (!from_cache) out = forward(saved);
+  const Tensor<B>* viewed = nullptr;  // the input whose buffer `out` shares (a view), if any
+  for (const Tensor<B>& t : in)
+    if (t.storage() == out.storage()) viewed = &t;
   bool hashing = false;  // a shape-only backend has no values to compare
   if constexpr (!is_meta_backend_v<B>)
     for (auto* f : frames) hashing = hashing || f->hash_values;
@@ -339,13 +342,9 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
     entry.nested = &top != first;
     entry.signature = signature.hash;
     entry.signed_fully = signature.full;
-    for (const Tensor<B>& t : in) {
-      entry.inputs.push_back(first->producer_of(t));
-      if (t.storage() == out.storage()) {
-        entry.aliases = true;
-        entry.alias_of = first->producer_of(t);
-      }
-    }
+    for (const Tensor<B>& t : in) entry.inputs.push_back(first->producer_of(t));
+    entry.aliases = viewed != nullptr;
+    if (viewed) entry.alias_of = first->producer_of(*viewed);
     first->producer[out.storage().get()] = static_cast<std::int32_t>(first_index);
     if (needs) {  // what a plain run keeps, and what `save` would keep in a replay
       saved.each([&](const Tensor<B>& t) { first->note_saved(t); });
@@ -384,9 +383,7 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
       }
     }
   } else if (top.mode == FrameMode::replay && !from_cache) {
-    bool view = false;  // a view of an input allocates and computes nothing
-    for (const Tensor<B>& t : in) view = view || t.storage() == out.storage();
-    if (!view) top.remat_bytes += static_cast<std::int64_t>(out.bytes());
+    if (!viewed) top.remat_bytes += static_cast<std::int64_t>(out.bytes());  // (a view: none)
   }
   if (tape.recording() && grad_enabled() && any_requires_grad<B>(in))
     record_op<Op>(tape, in, out, std::move(saved));

@@ -125,7 +125,7 @@ inline void sign(OpSignature& s, const Shape& v) {
   for (int i = 0; i < v.rank(); ++i) s.add(static_cast<std::uint64_t>(v[i]));
 }
 inline void sign(OpSignature& s, const std::string& v) { s.add(hash_bytes(v)); }
-inline void sign(OpSignature& s, const char* v) { s.add(v ? hash_bytes(std::string(v)) : 0); }
+inline void sign(OpSignature& s, const char* v) { s.add(v ? hash_bytes(v, std::strlen(v)) : 0); }
 template <std::size_t N>
 void sign(OpSignature& s, const char (&v)[N]) {  // a string literal
   sign(s, static_cast<const char*>(v));
