@@ -7,7 +7,10 @@ zero_grad) on fixed random tokens, and prints one JSON line to stdout.
 Run (use the system interpreter that has torch):
     /usr/bin/python3 benchmarks/torch_gpt_step.py --layers 8 --d 256 --heads 4 \
         --seq 256 --batch 4 --vocab 256 --steps 10 --warmup 3 --threads 1 \
-        [--optimizer adamw|sgd] [--checkpoint none|block|seq:K]
+        [--optimizer adamw|sgd] [--checkpoint none|block|seq:K] [--precision fp32|bf16]
+
+--precision bf16 runs the forward under torch.autocast(dtype=torch.bfloat16), as users train
+(fp32 parameters, AdamW state and gradients; matmuls and attention in bf16).
 
 Data parallel (DistributedDataParallel on gloo, one process per rank, each with its
 own batch; rank 0 prints, tokens_per_s is the global rate), env:// rendezvous, one
@@ -223,6 +226,9 @@ def main():
                          "and max_memory_reserved")
     ap.add_argument("--attention", choices=["auto", "eager", "sdpa"], default="auto",
                     help="auto: sdpa where torch has it (>= 2.0), else eager")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: the forward under torch.autocast(dtype=torch.bfloat16), fp32 "
+                         "parameters and optimizer state")
     ap.add_argument("--profile", metavar="PATH",
                     help="also write torch.profiler's per-op table (self CPU time) of the "
                          "measured steps to PATH")
@@ -286,7 +292,11 @@ def main():
     tgt = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen).to(dev)
 
     def step():
-        loss = model(idx, tgt)
+        if args.precision == "bf16":
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+                loss = model(idx, tgt)
+        else:
+            loss = model(idx, tgt)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -330,6 +340,7 @@ def main():
         "vocab": args.vocab,
         "checkpoint": args.checkpoint,
         "optimizer": args.optimizer,
+        "precision": args.precision,
         "steps": args.steps,
         "step_s": median,
         "step_s_min": min(times),

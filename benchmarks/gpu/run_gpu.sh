@@ -109,6 +109,11 @@ for ck in none block; do
   step "torch_gpt2_eager_$ck" 90 "torch_gpt2_124m_eager_$ck.json" python3 benchmarks/torch_gpt_step.py \
     --device cuda "${gpt2[@]}" --steps 10 --warmup 3 --checkpoint "$ck" --attention eager
 done
+# PyTorch in bf16 (autocast, sdpa, fused AdamW): issue 27's GPU baseline
+for ck in none block; do
+  step "torch_gpt2_bf16_$ck" 90 "torch_gpt2_124m_bf16_$ck.json" python3 benchmarks/torch_gpt_step.py \
+    --device cuda "${gpt2[@]}" --steps 10 --warmup 3 --checkpoint "$ck" --precision bf16
+done
 # attention alone, forward and backward (issue 12's target: PyTorch eager's time at T 1024 and
 # 4096), batch 8, 12 heads of 64, causal
 attn=(--batch 8 --heads 12 --seq 1024,4096 --d 64 --steps 5 --warmup 2)

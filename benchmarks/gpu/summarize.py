@@ -90,10 +90,12 @@ for d in remat_rows("remat_gpt2_124m.jsonl") + [dict(d, checkpoint="%s (alone)" 
         gib(d.get("peak_reserved_bytes")), gib(d.get("predicted_reserved_bytes")),
         d.get("launches_per_step", "-"), d.get("host_waits_per_step", "-")))
 for ck in ("none", "block"):
-    for name in ("torch_gpt2_124m_%s.json" % ck, "torch_gpt2_124m_eager_%s.json" % ck):
+    for name in ("torch_gpt2_124m_%s.json" % ck, "torch_gpt2_124m_eager_%s.json" % ck,
+                 "torch_gpt2_124m_bf16_%s.json" % ck):
         for d in rows(name):
-            print("| PyTorch %s, %s attention%s | %s | %.0f | %.4f | %s | %s | - | - | - |" % (
-                d.get("torch_version"), d.get("attention", "?"),
+            print("| PyTorch %s, %s%s attention%s | %s | %.0f | %.4f | %s | %s | - | - | - |" % (
+                d.get("torch_version"), "autocast bf16, " if d.get("precision") == "bf16" else "",
+                d.get("attention", "?"),
                 ", fused AdamW" if d.get("fused_adamw") else "", ck, d.get("tokens_per_s", 0),
                 d.get("step_s", 0), gib(d.get("cuda_max_memory_allocated_bytes")),
                 gib(d.get("cuda_max_memory_reserved_bytes"))))
@@ -168,9 +170,12 @@ if len(sys.argv) > 3:
                          "step_s": d.get("step_s"), "reserved_bytes": d.get("peak_reserved_bytes"),
                          "peak_bytes": d.get("peak_bytes")})
     for f in ("torch_gpt2_124m_none.json", "torch_gpt2_124m_block.json", "torch_gpt2_124m_eager_none.json",
-              "torch_gpt2_124m_eager_block.json", "torch_seq1024.json", "torch_seq4096.json"):
+              "torch_gpt2_124m_eager_block.json", "torch_gpt2_124m_bf16_none.json",
+              "torch_gpt2_124m_bf16_block.json", "torch_seq1024.json", "torch_seq4096.json"):
         for d in rows(f):
-            runs.append({"impl": "torch-%s%s" % (d.get("attention", "?"), "-fused-adamw" if d.get("fused_adamw") else ""),
+            runs.append({"impl": "torch-%s%s%s" % ("bf16-" if d.get("precision") == "bf16" else "",
+                                                  d.get("attention", "?"),
+                                                  "-fused-adamw" if d.get("fused_adamw") else ""),
                          "checkpoint": d.get("checkpoint"), "seq": d.get("seq"), "batch": d.get("batch"),
                          "tokens_per_s": d.get("tokens_per_s"), "step_s": d.get("step_s"),
                          "reserved_bytes": d.get("cuda_max_memory_reserved_bytes"),

@@ -38,7 +38,8 @@ struct Result {
 inline const std::vector<std::string>& op_names() {
   static const std::vector<std::string> names = {
       "add_bias", "sub", "mul_row", "div", "affine", "matmul", "matmul_tt", "matmul_batched",
-      "linear", "linear_residual", "mlp", "mlp_residual_h20", "sum_axis", "mean_all", "permute", "slice_concat", "gelu", "relu", "tanh",
+      "linear", "linear_residual", "mlp", "mlp_residual_h20", "sum_axis", "mean_all",
+      "sum_long_axis", "mean_all_long", "sum_all_split", "mean_axis_split", "permute", "slice_concat", "gelu", "relu", "tanh",
       "softmax", "layer_norm", "embedding", "attention", "self_attention", "cross_entropy",
       "dropout",
       // the primitives a layer is composed of (issue 26): the unary maps, selections, masks
@@ -79,11 +80,18 @@ Result run_op(const std::string& name) {
   else if (name == "matmul_batched") { in = {p({3, 8, 5}), p({5, 6})}; out = matmul(in[0], in[1]); }
   else if (name == "linear") { in = {p({2, 7, 12}), p({12, 20}), p({20})}; out = linear(in[0], in[1], in[2]); }
   else if (name == "linear_residual") { in = {p({2, 7, 12}), p({12, 20}), p({20}), p({2, 7, 20})}; out = linear(in[0], in[1], in[2], in[3]); }
-  // hidden 24: the GELU in cuBLASLt's epilogues; 20 (not a multiple of 8): the fallback
+  // hidden 24: the GELU's gradient in cuBLASLt's epilogue; 20 (not a multiple of 8): the fallback
   else if (name == "mlp") { in = {p({2, 7, 12}), p({12, 24}, 0.3f), p({24}), p({24, 12}, 0.3f), p({12})}; out = mlp(in[0], in[1], in[2], in[3], in[4]); }
   else if (name == "mlp_residual_h20") { in = {p({2, 7, 12}), p({12, 20}, 0.3f), p({20}), p({20, 12}, 0.3f), p({12}), p({2, 7, 12})}; out = mlp(in[0], in[1], in[2], in[3], in[4], in[5]); }
   else if (name == "sum_axis") { in = {p({4, 5, 6})}; out = sum(in[0], 1); }
   else if (name == "mean_all") { in = {p({4, 5, 6})}; out = mean(in[0]); }
+  // a reduced axis of 256 or more: a block per output (a strided axis, then a contiguous one)
+  else if (name == "sum_long_axis") { in = {p({3, 300, 2})}; out = sum(in[0], 1); }
+  else if (name == "mean_all_long") { in = {p({7, 150})}; out = mean(in[0]); }
+  // an axis of 2^16 or more and at most 64 outputs: split into parts, their sums then added
+  // (scratch the estimator counts)
+  else if (name == "sum_all_split") { in = {p({300, 250})}; out = sum(in[0]); }
+  else if (name == "mean_axis_split") { in = {p({2, 66000, 2})}; out = mean(in[0], 1); }
   else if (name == "permute") { in = {p({2, 3, 4, 5})}; out = permute(in[0], {2, 0, 3, 1}); }
   else if (name == "slice_concat") { in = {p({3, 8, 2}), p({3, 4, 2})}; out = concat(std::vector<T>{slice(in[0], 1, 2, 5), in[1]}, 1); }
   else if (name == "gelu") { in = {p({300}, 2.0f)}; out = gelu(in[0]); }

@@ -190,16 +190,18 @@ void test_linear_epilogues() {
   cuda::Context::get().set_tf32(true);
 }
 
-// The MLP's GELU inside its GEMMs (linear.cuh): pre and act = GELU(pre) from one GEMM (epilogue
-// GELU_AUX_BIAS), dpre = (dy w2^T) GELU'(pre) and db1 from one GEMM (DGELU_BGRAD; DGELU without
-// db1), against a host reference in double. A hidden width that is not a multiple of 8 (cuBLASLt's
-// rule for the GELU matrix), and an emulated cuBLASLt without the epilogue, take the fallback:
-// the same values from GEMMs and kernels.
+// The MLP's GEMMs (linear.cuh): pre from one GEMM (epilogue BIAS) and act = GELU(pre) from
+// remat's GELU kernel, bit for bit what that kernel gives on pre (a GELU rebuilt in backward
+// must have the same bits; cuBLASLt's GELU epilogue, real or emulated, does not), dpre =
+// (dy w2^T) GELU'(pre) and db1 from one GEMM (DGELU_BGRAD; DGELU without db1), against a host
+// reference in double. A hidden width that is not a multiple of 8 (cuBLASLt's rule for the GELU
+// matrix), and an emulated cuBLASLt without the epilogue, take the fallback: the same values
+// from GEMMs and kernels.
 void test_mlp_epilogues() {
   cuda::Context::get().set_tf32(false);
   const std::int64_t rows = 45, in = 19, out = 23;
-  // fallback_forward: the forward's launches in the fallback (GELU; and the bias rows where
-  // cuBLASLt has no BIAS epilogue either)
+  // fallback_forward: the forward's launches (the GELU; and the bias rows where cuBLASLt has no
+  // BIAS epilogue either)
   auto run = [&](const char* how, std::int64_t hidden, bool fallback, std::int64_t fallback_forward = 1) {
     const auto x = seq(static_cast<std::size_t>(rows * in), 1, 0);
     const auto w1 = seq(static_cast<std::size_t>(in * hidden), 0.3f, 0);
@@ -252,15 +254,23 @@ void test_mlp_epilogues() {
                 static_cast<long long>(c2.launches - c1.launches),
                 static_cast<long long>(c3.launches - c2.launches));
     check(ep < 1e-4 && ea < 1e-4, "linear_gelu_forward: pre = x w1 + b1, act = GELU(pre)", std::max(ep, ea));
+    // act must be what backward's rebuild gives (MlpOp::slim: Cuda::gelu_forward on pre), bit
+    // for bit (the device's tanhf is not the host's: compare with the kernel, not math::gelu)
+    DeviceBuf rebuilt(poison);
+    Cuda::gelu_forward(rebuilt.p, pre.p, rows * hidden);
+    const auto act_h = act.host(), rebuilt_h = rebuilt.host();
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < n; ++i) same += act_h[i] == rebuilt_h[i];
+    check(same == n, "linear_gelu_forward: act is the GELU kernel's on pre, bit for bit (a rebuilt act)",
+          double(n - same));
     check(ed < 1e-4 && ed2 < 1e-4, "linear_dgelu_backward: dpre = (dy w2^T) GELU'(pre)", std::max(ed, ed2));
     check(eb < 1e-4, "linear_dgelu_backward: db = the column sums of dpre", eb);
     const bool gemms = c1.gemms - c0.gemms == 1 && c2.gemms - c1.gemms == 1 && c3.gemms - c2.gemms == 1;
-    // the fallback: GELU forward; GELU backward and a column sum (2); GELU backward
-    const bool launches = fallback ? c1.launches - c0.launches == fallback_forward &&
-                                         c2.launches - c1.launches == 3 &&
-                                         c3.launches - c2.launches == 1
-                                   : c3.launches == c0.launches;
-    check(gemms && launches, "mlp GEMMs: one GEMM each, kernels only in the fallback",
+    // backward's fallback: GELU backward and a column sum (2); GELU backward
+    const bool launches = c1.launches - c0.launches == fallback_forward &&
+                          (fallback ? c2.launches - c1.launches == 3 && c3.launches - c2.launches == 1
+                                    : c3.launches == c1.launches);
+    check(gemms && launches, "mlp GEMMs: one GEMM each, the GELU's kernel, backward's kernels only in the fallback",
           double(c3.launches - c0.launches));
   };
   run("cuBLASLt epilogues", 24, false);
@@ -443,13 +453,31 @@ bool is_attention(const std::string& op) {
 }
 void test_ops_against_cpu() {
   cuda::Context::get().set_tf32(false);  // exact fp32 GEMMs: differences are summation order only
+  int ledger_misses = 0;  // ops whose ledger Meta<Cuda> did not predict (scratch included)
   for (const auto& name : remat_cuda_test::op_names()) {
     const auto cpu = remat_cuda_test::cpu_op(name);
     // attention both ways: fused (head sizes up to 128) and materialized (P kept, as the CPU)
     for (const auto path : {cuda::AttentionPath::fused, cuda::AttentionPath::materialized}) {
       if (path == cuda::AttentionPath::materialized && !is_attention(name)) continue;
       Cuda::set_attention_path(path);
+      // the ledger's peak and its number of allocations (a scratch freed before the peak
+      // shows only there), against the shape-only twin's
+      const auto before = memory_stats<Cuda>();
+      reset_peak_memory<Cuda>();
       const double e = worst(remat_cuda_test::run_op<Cuda>(name), cpu);
+      const std::int64_t peak = memory_stats<Cuda>().peak_total - before.live_total;
+      const std::int64_t allocs = memory_stats<Cuda>().alloc_count - before.alloc_count;
+      const std::int64_t meta_allocs0 = memory_stats<Meta<Cuda>>().alloc_count;
+      const std::int64_t predicted = estimate_memory<Cuda>([&](auto&) {
+        (void)remat_cuda_test::run_op<Meta<Cuda>>(name);
+      }).peak_total;
+      const std::int64_t predicted_allocs = memory_stats<Meta<Cuda>>().alloc_count - meta_allocs0;
+      if (peak != predicted || allocs != predicted_allocs) {
+        std::printf("  op %s: ledger peak %lld in %lld allocations, Meta<Cuda> predicted %lld in %lld\n",
+                    name.c_str(), static_cast<long long>(peak), static_cast<long long>(allocs),
+                    static_cast<long long>(predicted), static_cast<long long>(predicted_allocs));
+        ++ledger_misses;
+      }
       const double limit = 1e-4;
       const std::string what = name + (is_attention(name) ? path == cuda::AttentionPath::fused
                                                                   ? " (fused)" : " (materialized)"
@@ -459,6 +487,8 @@ void test_ops_against_cpu() {
       check(e <= limit, what.c_str(), e);
     }
   }
+  check(ledger_misses == 0, "every op's ledger peak and allocations, scratch included, are Meta<Cuda>'s",
+        double(ledger_misses));
   // The embedding's backward sums a repeated token's rows in token order on both backends
   // (NOTE [embedding backward]): the same bits, not only close ones (ids 0, 3 and 49 repeat).
   const auto cpu = remat_cuda_test::cpu_op("embedding"), dev = remat_cuda_test::run_op<Cuda>("embedding");
@@ -907,8 +937,8 @@ void test_gpt() {
     const auto base = run_gpt<Cuda>("none", p);
     for (const char* s : {"block", "every:2", "sqrt", "selective"}) {
       const double d = worst(run_gpt<Cuda>(s, p), base);
-      std::printf("  GPT checkpoint %-9s (dropout %.1f) vs none on CUDA: max rel diff %.2e (limit 1e-5)\n", s, p, d);
-      check(d <= 1e-5, "checkpointed gradients equal the plain ones on CUDA", d);
+      std::printf("  GPT checkpoint %-9s (dropout %.1f) vs none on CUDA: max rel diff %.2e (limit 0: same bits)\n", s, p, d);
+      check(d == 0, "checkpointed gradients equal the plain ones on CUDA, bit for bit", d);
     }
   }
   // GPT-2's head size (64: 2 heads of 128), fused and materialized attention
@@ -1074,14 +1104,15 @@ void test_schedule_seeds() {
 
 // What one GPT training step (no checkpointing, clipping, AdamW) launches, kernel by kernel,
 // against the model's structure (issue 25: launches per step). L layers, P = 12 L + 4 parameter
-// tensors. Per layer: 2 layer norms, 1 attention, 2 linears and 1 MLP (2 linears with the GELU
-// in their GEMMs' epilogues), the residual adds inside c_proj's GEMMs (their C operand).
+// tensors. Per layer: 2 layer norms, 1 attention, 2 linears and 1 MLP (2 linears, the GELU's
+// gradient in a GEMM's epilogue), the residual adds inside c_proj's GEMMs (their C operand).
 //   cuBLAS: 4 linears x 3 (forward, dx, dw + db in one call) + the tied head's 3 = 12 L + 3
 //   layer norm: forward, backward (its dw/db finish in the last block), each 2 L + 1 (ln_f too)
 //   residual adds: none of their own (the residual's gradient is the output's, passed
 //     through); only wte + wpe's add: 1 forward, and wpe's gradient, broadcast over the batch,
 //     is one column sum (2 launches)
-//   no GELU kernels (cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD epilogues)
+//   GELU: L forward kernels (remat's GELU, so a rebuilt one has the same bits: linear.cuh);
+//     its gradient is in the DGELU_BGRAD epilogue
 //   attention forward, dq (with delta), dk/dv: L each
 //   no broadcast rows (biases are in the GEMMs); 1 fill (the loss's seed: the cross-entropy
 //   and the embeddings write their fresh gradients); embeddings 2 + 2, loss 3; the positions 1
@@ -1120,6 +1151,7 @@ void test_launches_per_step() {
         {"column_partial_kernel", 1},             {"column_finish_kernel", 1},
         {"flash_forward_kernel", L},              {"flash_dq_kernel", L},
         {"flash_dkdv_kernel", L},                 {"fill_kernel", 1},
+        {"gelu_forward_kernel", L},
         {"embedding_forward_kernel", 2},          {"embedding_backward_kernel", 2},
         {"cross_entropy_forward_kernel", 1},      {"cross_entropy_backward_kernel", 1},
         {"mean_kernel", 1},                       {"iota_kernel", 1},

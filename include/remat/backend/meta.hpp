@@ -59,6 +59,11 @@ struct has_linear_scratch<B, std::void_t<decltype(B::linear_forward_scratch(0, 0
                                          decltype(B::linear_dgelu_backward_scratch(0, 0, 0))>>
     : std::true_type {};
 template <class B, class = void>
+struct has_reduce_scratch : std::false_type {};
+template <class B>
+struct has_reduce_scratch<B, std::void_t<decltype(B::reduce_forward_scratch(0, 0, 0))>>
+    : std::true_type {};
+template <class B, class = void>
 struct has_sum_squares_scratch : std::false_type {};
 template <class B>
 struct has_sum_squares_scratch<B, std::void_t<decltype(B::sum_squares_scratch(0))>>
@@ -164,12 +169,13 @@ struct Meta {
     }
   }
 
-  // the MLP's first GEMM with its GELU (writes pre and act), and the GELU gradient's GEMM
+  // the MLP's first GEMM (writes pre) and its GELU (reads pre, writes act), and the GELU
+  // gradient's GEMM
   static void linear_gelu_forward(float*, float*, const float*, const float*, const float*,
                                   std::int64_t rows, std::int64_t in, std::int64_t hidden) {
     count(WorkKind::gemm, 2.0 * rows * in * hidden,
-          F * (rows * in + in * hidden + 2 * rows * hidden + hidden));
-    count(WorkKind::pointwise, 20.0 * rows * hidden, 0);  // the GELU, in the GEMM's epilogue
+          F * (rows * in + in * hidden + rows * hidden + hidden));
+    count(WorkKind::pointwise, 20.0 * rows * hidden, F * 2 * rows * hidden);
     if constexpr (detail::has_linear_scratch<Target>::value) {
       const Scratch s(Target::linear_gelu_forward_scratch(rows, in, hidden));
     }
@@ -239,6 +245,11 @@ struct Meta {
   static void reduce_forward(float*, const float*, std::int64_t outer, std::int64_t len,
                              std::int64_t inner, float) {
     count(WorkKind::pointwise, 1.0 * outer * len * inner, F * (1.0 * outer * len * inner + outer * inner));
+    if constexpr (detail::has_reduce_scratch<Target>::value) {  // (none when not split)
+      if (const std::size_t bytes = Target::reduce_forward_scratch(outer, len, inner); bytes > 0) {
+        const Scratch s(bytes);
+      }
+    }
   }
   static void reduce_backward(float*, const float*, std::int64_t outer, std::int64_t len,
                               std::int64_t inner, float) {

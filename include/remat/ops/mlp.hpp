@@ -1,8 +1,9 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// A transformer's MLP as one op: GELU(x W1 + b1) W2 + b2, plus an optional residual. The GELU
-// rides in the GEMMs (B::linear_gelu_forward, B::linear_dgelu_backward; cuBLASLt epilogues on
-// the GPU), so the MLP launches no kernel of its own, and GELU's input gradient never exists.
+// A transformer's MLP as one op: GELU(x W1 + b1) W2 + b2, plus an optional residual. The bias
+// and the GELU's gradient ride in the GEMMs (B::linear_gelu_forward, B::linear_dgelu_backward;
+// cuBLASLt epilogues on the GPU), so GELU's input gradient never exists; the forward's GELU is
+// core/math.hpp's on every backend, so a GELU rebuilt in backward has its bits.
 
 #include <array>
 

@@ -7,10 +7,18 @@
 // Row-major to cuBLASLt's column-major: y^T (out, rows) = w^T x^T, so A = w (out x in, ld out),
 // B = x (in x rows, ld in), bias along D's rows; dw^T (out, in) = dy^T x, so A = dy (out x rows,
 // ld out) summed over k = rows for the bias gradient (BGRADA), B = x transposed.
-// A two-layer MLP's GELU rides in the GEMMs too (ops/mlp.hpp):
-//   forward   pre = x w1 + b1, act = GELU(pre)  one GEMM, epilogue GELU_AUX_BIAS (pre is aux)
+// A two-layer MLP (ops/mlp.hpp):
+//   forward   pre = x w1 + b1                   one GEMM, epilogue BIAS;
+//             act = GELU(pre)                   remat's GELU kernel (core/math.hpp), not the
+//                                               GELU_AUX_BIAS epilogue: see below
 //   backward  dpre = (dy w2^T) GELU'(pre)       one GEMM, epilogue DGELU_BGRAD: db1 = column
 //                                               sums of dpre (DGELU where db1 is not wanted)
+// Why the forward's GELU is ours: a checkpoint policy may drop act and have backward rebuild it
+// from pre (MlpOp::slim), with remat's GELU. cuBLASLt's GELU epilogue is its own approximation:
+// on an H200 (2026-12-04) save_linear's gradients then differed from the plain run's (1e-6
+// relative), where every other strategy matched bit for bit. One GELU for both keeps the
+// checkpointed step bitwise the plain one, for one more read of pre (about 0.7% of a GPT-2 124M
+// step). The backward's DGELU is the same epilogue in every run, so it may stay.
 // cuBLASLt wants the GELU matrix's leading dimension (hidden) divisible by 8; other widths take
 // the fallback.
 // Where cuBLASLt has no algorithm for a shape with its epilogue, the same results come from
@@ -53,14 +61,6 @@ struct CudaLinear {
                                   const float* bias, std::int64_t rows, std::int64_t in,
                                   std::int64_t hidden) {
     if (rows * hidden == 0) return;
-    if (in > 0 && hidden % 8 == 0) {
-      const std::size_t ws = CudaSizes::linear_gelu_forward_scratch(rows, in, hidden);
-      const Scratch scratch(ws);
-      if (CudaGemm::gemm_epilogue(false, false, hidden, rows, in, w, hidden, x, in, 0.0f, act,
-                                  hidden, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
-                                  const_cast<float*>(bias), scratch.as<void>(), ws, nullptr, pre))
-        return;
-    }  // (released first: linear_forward takes a workspace of the same size)
     linear_forward(pre, x, w, bias, nullptr, rows, in, hidden);
     CudaPointwise::gelu_forward(act, pre, rows * hidden);
   }

@@ -27,6 +27,9 @@ namespace remat {
 namespace cuda {
 
 constexpr int kRowThreads = 256;
+// reduce_forward: a block per output while there are at most this many outputs (a thread per
+// output would not fill the device) or the reduced axis is contiguous, and the axis is long
+constexpr std::int64_t kReduceBlocksBelow = 1 << 16;
 
 // Sum (or max) over the block; every thread gets the result.
 template <bool Max>
@@ -270,6 +273,26 @@ __global__ void reduce_forward_kernel(float* y, const float* x, std::int64_t out
     y[k] = s * scale;
   }
 }
+// The same with blocks of kRowThreads: `parts` blocks per output, block (k, p) summing part p
+// of output k's axis (each thread a strided share, then block_reduce in a fixed order) into
+// y[k * parts + p], scaled. parts = 1 for few outputs over an axis of kRowThreads or more, where
+// a thread per output would leave the device idle; a long axis of few outputs (sum(x) of a
+// whole tensor) is split into kReduceParts parts first, and their sums reduced by a second
+// launch (parts 1) in order: deterministic either way.
+template <int = 0>
+__global__ void reduce_parts_kernel(float* y, const float* x, std::int64_t n, std::int64_t inner,
+                                    int parts, float scale) {
+  __shared__ float sh[32];
+  const std::int64_t k = blockIdx.x / parts, p = blockIdx.x % parts;
+  const std::int64_t o = k / inner, i = k % inner;
+  const std::int64_t chunk = (n + parts - 1) / parts, j0 = p * chunk;
+  const std::int64_t j1 = j0 + chunk < n ? j0 + chunk : n;
+  const float* xo = x + o * n * inner + i;
+  float s = 0;
+  for (std::int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) s += xo[j * inner];
+  s = block_reduce<false>(s, sh);
+  if (threadIdx.x == 0) y[blockIdx.x] = s * scale;
+}
 template <int = 0>
 __global__ void reduce_backward_kernel(float* dx, const float* dy, std::int64_t outer, std::int64_t n,
                                        std::int64_t inner, float scale) {
@@ -397,6 +420,21 @@ struct CudaNn {
                              std::int64_t inner, float scale) {
     if (outer * inner == 0) return;
     // (sums over many rows, like a bias gradient's, use column_sum in pointwise.cuh)
+    const std::int64_t outputs = outer * inner;
+    if (CudaSizes::reduce_split(outer, n, inner)) {
+      const Scratch scratch(CudaSizes::reduce_forward_scratch(outer, n, inner));
+      float* partial = scratch.as<float>();
+      REMAT_CUDA_LAUNCH(reduce_parts_kernel<>, static_cast<unsigned>(outputs * kReduceParts),
+                        kRowThreads, 0, s(), partial, x, n, inner, kReduceParts, 1.0f);
+      REMAT_CUDA_LAUNCH(reduce_parts_kernel<>, static_cast<unsigned>(outputs), kRowThreads, 0, s(),
+                        y, partial, std::int64_t{kReduceParts}, std::int64_t{1}, 1, scale);
+      return;
+    }
+    if (n >= kRowThreads && (inner == 1 || outputs <= kReduceBlocksBelow)) {
+      REMAT_CUDA_LAUNCH(reduce_parts_kernel<>, static_cast<unsigned>(outputs), kRowThreads, 0, s(),
+                        y, x, n, inner, 1, scale);
+      return;
+    }
     REMAT_CUDA_LAUNCH(reduce_forward_kernel<>, grid_for(outer * inner), 256, 0, s(),
                       y, x, outer, n, inner, scale);
   }

@@ -20,6 +20,9 @@ constexpr int kLayerNormChunks = 256;  // row chunks of layer norm's dw/db parti
 constexpr int kFlashMaxD = 128;     // the fused attention's largest head size (flash.cuh)
 constexpr int kSumSquaresBlocks = 64;  // partial sums of sum_squares (optim.cuh)
 constexpr std::size_t kSumSquaresChunk = 4096;  // buffers per round of sum_squares_many
+constexpr int kReduceParts = 128;  // parts of a long reduced axis summed apart (reduce_forward)
+constexpr std::int64_t kReduceSplitMin = std::int64_t(1) << 16;  // ... from this axis length
+constexpr std::int64_t kReduceSplitOutputs = 64;                 // ... up to this many outputs
 constexpr std::size_t kGemmWorkspaceMax = std::size_t(32) << 20;  // cuBLASLt's, at most (Hopper)
 
 /// Which attention the CUDA backend runs: fused (flash.cuh, memory linear in T; head sizes up
@@ -112,6 +115,17 @@ struct CudaSizes {
   /// The per-row losses, averaged on the device (mean_kernel).
   static std::size_t cross_entropy_forward_scratch(std::int64_t N) {
     return static_cast<std::size_t>(N) * sizeof(float);
+  }
+  /// reduce_forward (a sum or mean over an axis): whether each output's axis is split into
+  /// kReduceParts parts summed by blocks of their own, then added in order (few outputs over a
+  /// long axis: sum(x) of a whole tensor), and the partial sums' bytes (0 when not split).
+  static bool reduce_split(std::int64_t outer, std::int64_t n, std::int64_t inner) {
+    return n >= kReduceSplitMin && outer * inner <= kReduceSplitOutputs;
+  }
+  static std::size_t reduce_forward_scratch(std::int64_t outer, std::int64_t n, std::int64_t inner) {
+    return reduce_split(outer, n, inner)
+               ? static_cast<std::size_t>(outer * inner * kReduceParts) * sizeof(float)
+               : 0;
   }
   /// The partial sums of squares, one double per block.
   static std::size_t sum_squares_scratch(std::int64_t n) {

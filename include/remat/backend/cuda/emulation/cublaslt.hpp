@@ -11,6 +11,7 @@
 // With Faults::lt_no_epilogue the heuristic finds nothing for an epilogue, as a real cuBLASLt
 // may for a layout it does not support, so the caller's fallback is tested too.
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -196,6 +197,16 @@ inline std::size_t lt_workspace_wanted(int m, int n) {
   return static_cast<std::size_t>(m) * static_cast<std::size_t>(n) * 4 * sizeof(float);
 }
 
+// cuBLASLt's GELU epilogue is the library's own approximation, not core/math.hpp's: on an H200
+// (2026-12-04) a GELU rebuilt by remat's kernel differed from the epilogue's in the last bits.
+// The emulation's evaluates in double (then rounds), so it too differs from math::gelu in the
+// last bit for some inputs, and code that mixes the two (a bitwise claim resting on them being
+// equal) fails under the emulation as it would on a GPU.
+inline float library_gelu(float x) {
+  const double v = x;
+  return static_cast<float>(0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+}
+
 }  // namespace emu
 }  // namespace cuda
 }  // namespace remat
@@ -298,7 +309,7 @@ inline cublasStatus_t lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cons
         v += bias[i];
         if (gelu_fwd) {  // aux = the GELU input, D = GELU(it)
           at(aux, d->aux_ld, i, j) = v;
-          v = remat::math::gelu(v);
+          v = library_gelu(v);
         }
       }
   } else if (dgelu) {  // D = product x GELU'(aux); the bias gradient sums that over the columns
