@@ -84,7 +84,7 @@ struct GraphedStep {
   }
 };
 
-/// The kind of work a kernel or cuBLAS call does, from its name (backend/work.hpp's kinds).
+/// The kind of work a kernel or cuBLAS call does, from its name (core/work.hpp's kinds).
 inline WorkKind kind_of_kernel(const std::string& k) {
   auto has = [&](const char* w) { return k.find(w) != std::string::npos; };
   if (has("cublas")) return WorkKind::gemm;

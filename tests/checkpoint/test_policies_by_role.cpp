@@ -44,7 +44,7 @@ struct LlamaBlock {
   }
 };
 
-std::vector<std::vector<float>> grads_of(const std::vector<T>& ps) {
+std::vector<std::vector<float>> watched_grads(const std::vector<T>& ps) {
   std::vector<std::vector<float>> g;
   for (const T& p : ps) {
     g.push_back(p.grad().to_vector());
@@ -64,7 +64,7 @@ TEST_CASE("policies decide by role on a Llama-style block written from primitive
   std::vector<T> watch = blk.params();
   watch.push_back(x);
   tape.backward(sum(blk(x)));
-  const auto plain = grads_of(watch);
+  const auto plain = watched_grads(watch);
 
   const std::int64_t f4 = 4;  // bytes of a float
   // The products with a weight whose outputs backward reads: w1's (SiLU reads it) and w3's (the
@@ -83,7 +83,7 @@ TEST_CASE("policies decide by role on a Llama-style block written from primitive
     const T y = checkpoint(CheckpointOptions{}.name(pol.name).policy(pol),
                            [&](const T& in) { return blk(in); }, x);
     tape.backward(sum(y));
-    CHECK(grads_of(watch) == plain);
+    CHECK(watched_grads(watch) == plain);
     const SegmentStats* st = nullptr;
     for (const auto& s : tape.segment_stats())
       if (s.name == pol.name) st = &s;

@@ -454,7 +454,7 @@ bool is_attention(const std::string& op) {
 void test_ops_against_cpu() {
   cuda::Context::get().set_tf32(false);  // exact fp32 GEMMs: differences are summation order only
   int ledger_misses = 0;  // ops whose ledger Meta<Cuda> did not predict (scratch included)
-  for (const auto& name : remat_cuda_test::op_names()) {
+  for (const auto& name : remat_cuda_test::op_names<Cuda>()) {
     const auto cpu = remat_cuda_test::cpu_op(name);
     // attention both ways: fused (head sizes up to 128) and materialized (P kept, as the CPU)
     for (const auto path : {cuda::AttentionPath::fused, cuda::AttentionPath::materialized}) {
@@ -1083,7 +1083,7 @@ void test_schedule_seeds() {
   };
   cuda::Context::get().set_tf32(false);
   std::string differ;
-  for (const auto& name : remat_cuda_test::op_names()) {
+  for (const auto& name : remat_cuda_test::op_names<Cuda>()) {
     auto op = [&] { return remat_cuda_test::run_op<Cuda>(name); };
     if (!same_bits(under(seeds[0], op), under(seeds[1], op))) differ += " " + name;
   }

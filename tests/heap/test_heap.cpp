@@ -148,8 +148,8 @@ TEST_CASE("the CPU kernels take no heap memory behind the ledger", "[heap]") {
   const Shape xs{rows, C};
   const int perm[2] = {1, 0};
   const std::vector<std::pair<const char*, std::function<void()>>> kernels = {
-      {"layer_norm_forward", [&] { Cpu::layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C, 1e-5f); }},
-      {"layer_norm_backward", [&] { Cpu::layer_norm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, C); }},
+      {"layer_norm_forward", [&] { Cpu::run(LayerNormOp::Forward{y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C, 1e-5f}); }},
+      {"layer_norm_backward", [&] { Cpu::run(LayerNormOp::Backward{dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, C, false, false, false}); }},
       {"softmax_forward", [&] { Cpu::softmax_forward(y.data(), x.data(), rows, C); }},
       {"softmax_backward", [&] { Cpu::softmax_backward(dx.data(), y.data(), dy.data(), rows, C); }},
       {"attention_forward", [&] { Cpu::attention_forward(L, o.data(), p.data(), q.data(), k.data(), v.data(), 0.17f, true); }},

@@ -8,8 +8,8 @@ cd "$root"
 layers=(
   base        # remat/config.hpp, remat/version.hpp: macros and constants
   core        # tensors, the tape, the ledger, shapes, shared scalar math
+  ops         # ops: forward and backward side by side, and the kernels they ask of a backend
   backend     # the backend concept, CPU and CUDA kernels, the shape-only twin (Meta)
-  ops         # ops: forward and backward side by side
   checkpoint  # checkpoint(), policies
   optim       # optimizers, gradient clipping
   plan        # the estimator and the planner, for any chain of blocks

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The estimator's count of what a step asks of the device (backend/work.hpp, counted by Meta)
+// The estimator's count of what a step asks of the device (core/work.hpp, counted by Meta)
 // against closed forms of a GPT step, and the roofline prediction (plan/roofline.hpp) against
 // hand arithmetic. FLOPs: the Linear layers' and the tied head's products, 2 rows x in x out
 // each, once forward and twice backward (dx, dW); attention's T x T x D products over the

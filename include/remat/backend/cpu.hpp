@@ -20,7 +20,7 @@ struct Cpu : cpu::CpuMemory, cpu::CpuGemm, cpu::CpuLinear, cpu::CpuPointwise, cp
   using cpu::CpuMemory::name;
 };
 
-static_assert(is_backend_v<Cpu>, "remat: the CPU backend misses a backend function");
+static_assert(check_backend<Cpu>(), "remat: the CPU backend misses a backend function");
 
 /// Sets the CPU threads of our kernels, Eigen and OpenBLAS together.
 inline void set_num_threads(int n) { Cpu::set_num_threads(n); }

@@ -13,8 +13,9 @@
 
 #include "remat/backend/backend.hpp"
 #include "remat/backend/update_list.hpp"
-#include "remat/backend/work.hpp"
+#include "remat/core/work.hpp"
 #include "remat/core/error.hpp"
+#include "remat/core/kernel.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/shape.hpp"
 
@@ -25,8 +26,7 @@ namespace remat {
 template <class B, class = void>
 struct has_meta_twin : std::false_type {};
 template <class B>
-struct has_meta_twin<B, std::void_t<decltype(B::layer_norm_backward_scratch(0, 0)),
-                                    decltype(B::attention_backward_scratch(AttentionLayout{})),
+struct has_meta_twin<B, std::void_t<decltype(B::attention_backward_scratch(AttentionLayout{})),
                                     decltype(B::cross_entropy_forward_scratch(0))>>
     : std::true_type {};
 template <class B>
@@ -81,7 +81,7 @@ struct has_sum_squares_scratch<B, std::void_t<decltype(B::sum_squares_scratch(0)
 // - Where Target has a ReservedModel (the CUDA caching allocator's pool over a counting
 //   device), every buffer and scratch block goes through it in the same order as on Target,
 //   so reserved_bytes()/peak_reserved_bytes() are what Target's allocator would reserve.
-// - Every kernel adds its FLOPs and compulsory bytes to work() (backend/work.hpp; 4-byte
+// - Every kernel adds its FLOPs and compulsory bytes to work() (core/work.hpp; 4-byte
 //   floats), so the estimate also says what the step asks of the device (plan/roofline.hpp).
 template <class Target>
 struct Meta {
@@ -123,7 +123,7 @@ struct Meta {
       pool().reset_peak_reserved();
     }
   }
-  /// The work the kernels asked for since the last reset_work() (backend/work.hpp).
+  /// The work the kernels asked for since the last reset_work() (core/work.hpp).
   static Work& work() {
     static Work w;
     return w;
@@ -273,18 +273,17 @@ struct Meta {
     count(WorkKind::pointwise, 0, F * (accumulate ? 3.0 : 2.0) * xshape.numel());
   }
 
+  // ---- op kernels (NOTE [op kernels] in core/kernel.hpp): what the kernel says it asks of a
+  // device, and a scratch of Target's size for it, if Target takes one --------------------
+  template <class K>
+  static void run(const K& k) {
+    k.work(work());
+    if constexpr (detail::backend_has_scratch<Target, K>::value) {
+      const Scratch s(Target::scratch(k));
+    }
+  }
+
   // ---- nn kernels: Target's layout decisions and scratch sizes, no arithmetic -------------
-  // x in, y out, the row statistics; backward: dy and x in, dx out, dw and db
-  static void layer_norm_forward(float*, float*, float*, const float*, const float*,
-                                 const float*, std::int64_t rows, std::int64_t C, float) {
-    count(WorkKind::norm, 8.0 * rows * C, F * (2.0 * rows * C + 2.0 * C + 2.0 * rows));
-  }
-  static void layer_norm_backward(float*, float*, float*, const float*, const float*,
-                                  const float*, const float*, const float*, std::int64_t rows,
-                                  std::int64_t C, bool = false, bool = false, bool = false) {
-    count(WorkKind::norm, 12.0 * rows * C, F * (3.0 * rows * C + 3.0 * C + 2.0 * rows));
-    const Scratch s(Target::layer_norm_backward_scratch(rows, C));
-  }
   static void softmax_forward(float*, const float*, std::int64_t rows, std::int64_t n) {
     count(WorkKind::norm, 4.0 * rows * n, F * 2.0 * rows * n);
   }

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "remat/backend/meta.hpp"
-#include "remat/backend/work.hpp"
+#include "remat/core/work.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/tape.hpp"
 #include "remat/nn/gpt.hpp"

@@ -151,7 +151,7 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
     g = detail::measure_gpt<M>(c, batch, seq, 1);
   });
   // A model of a backend (CudaModel) has no kernels to time: it plans from FLOP counts.
-  constexpr bool can_time = remat::detail::has_gemm<Target>::value;
+  constexpr bool can_time = is_backend_v<Target>;
   if (po.measure && can_time) {
     detail::GptCosts t;
     if constexpr (can_time) t = detail::measure_gpt<Target>(c, batch, seq, po.repeats);

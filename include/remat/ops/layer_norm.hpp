@@ -1,10 +1,12 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// Layer norm over the last axis, fused: one pass forward saving the row mean and rstd.
+// The norms over the last axis, fused: one pass forward saving the row statistics, one
+// backward; their kernels are declared here (NOTE [op kernels] in core/kernel.hpp).
 
 #include <array>
 
 #include "remat/core/apply.hpp"
+#include "remat/core/kernel.hpp"
 
 namespace remat {
 
@@ -13,6 +15,27 @@ namespace remat {
 //   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dw = sum_rows dy xhat,  db = sum_rows dy
 struct LayerNormOp {
   static constexpr const char* name = "layer_norm";
+  // y (rows, C) = (x - mean) rstd w + b; mean, rstd (rows) written
+  struct Forward {
+    static constexpr const char* name = "layer_norm_forward";
+    float *y, *mean, *rstd;
+    const float *x, *w, *b;
+    std::int64_t rows, C;
+    float eps;
+    void work(Work& k) const { k.add(WorkKind::norm, 8.0 * rows * C, 4.0 * (2.0 * rows * C + 2.0 * C + 2.0 * rows)); }
+  };
+  // dx (+)= rstd (g - mean(g) - xhat mean(g xhat)), dw (+)= sum_rows dy xhat, db (+)= sum_rows
+  // dy; a null output is a gradient not asked for; set_*: that buffer is written (=), not added
+  // into (NOTE [fresh gradient buffers])
+  struct Backward {
+    static constexpr const char* name = "layer_norm_backward";
+    float *dx, *dw, *db;
+    const float *dy, *x, *w, *mean, *rstd;
+    std::int64_t rows, C;
+    bool set_dx, set_dw, set_db;
+    void work(Work& k) const { k.add(WorkKind::norm, 12.0 * rows * C, 4.0 * (3.0 * rows * C + 3.0 * C + 2.0 * rows)); }
+    RowSums row_sums() const { return {2, C, rows}; }  // dw, db
+  };
   template <class B>
   struct Saved {
     std::int64_t rows = 0, C = 0;
@@ -32,9 +55,9 @@ struct LayerNormOp {
     auto y = detail::empty_like(x);
     s.mean = detail::make_tensor<B>(&x.tape(), Shape{s.rows});
     s.rstd = detail::make_tensor<B>(&x.tape(), Shape{s.rows});
-    B::layer_norm_forward(y.template data<float>(), s.mean.template data<float>(),
+    run_kernel<B>(Forward{y.template data<float>(), s.mean.template data<float>(),
                           s.rstd.template data<float>(), x.template data<float>(),
-                          w.template data<float>(), b.template data<float>(), s.rows, s.C, eps);
+                          w.template data<float>(), b.template data<float>(), s.rows, s.C, eps});
     s.x = x;
     s.w = w;
     return y;
@@ -44,11 +67,11 @@ struct LayerNormOp {
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
     auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
-    B::layer_norm_backward(ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
+    run_kernel<B>(Backward{ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
                            s.x.template data<float>(), s.w.template data<float>(),
                            s.mean.template data<float>(), s.rstd.template data<float>(), s.rows,
                            s.C, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1),
-                           detail::fresh_at(fresh, 2));
+                           detail::fresh_at(fresh, 2)});
   }
 };
 
@@ -57,5 +80,8 @@ template <class B>
 Tensor<B> layer_norm(const Tensor<B>& x, const Tensor<B>& w, const Tensor<B>& b, float eps = 1e-5f) {
   return detail::apply<LayerNormOp>(std::array<Tensor<B>, 3>{x, w, b}, eps);
 }
+
+/// The norms' kernels (ops/kernels.hpp joins the families' lists).
+using NormKernels = KernelList<LayerNormOp::Forward, LayerNormOp::Backward>;
 
 }  // namespace remat

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "remat/backend/meta.hpp"
-#include "remat/backend/work.hpp"
+#include "remat/core/work.hpp"
 #include "remat/core/error.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/tape.hpp"
@@ -58,7 +58,7 @@ struct StepEstimate {
   std::int64_t reserved_peak = 0;
   double seconds = 0.0;  // time the estimate took
   // What the second step's kernels ask of the device (FLOPs and compulsory bytes by kind,
-  // backend/work.hpp): plan/roofline.hpp predicts its time on a GPU from it.
+  // core/work.hpp): plan/roofline.hpp predicts its time on a GPU from it.
   Work work;
   std::int64_t peak() const noexcept { return step.peak_total; }
 };

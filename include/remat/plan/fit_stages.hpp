@@ -266,7 +266,7 @@ plan::Chain stage_chain(Build&& build, const StagePlanOptions& o = {}) {
     using M = typename std::decay_t<decltype(tape)>::backend;
     bytes = detail::measure_stages<M>(build, o.step, 1);
   });
-  constexpr bool can_time = remat::detail::has_gemm<Target>::value;
+  constexpr bool can_time = is_backend_v<Target>;
   if constexpr (can_time) {
     if (o.measure) {
       const detail::StageCosts t = detail::measure_stages<Target>(build, o.step, o.repeats);

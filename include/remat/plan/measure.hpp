@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "remat/backend/meta.hpp"
-#include "remat/backend/work.hpp"
+#include "remat/core/work.hpp"
 #include "remat/core/grad_mode.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/tape.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// A step's predicted time on a GPU from the estimator's work counts (backend/work.hpp): each
+// A step's predicted time on a GPU from the estimator's work counts (core/work.hpp): each
 // kind of kernel takes the longer of its arithmetic at the roof it runs on and its compulsory
 // traffic at the memory's bandwidth, each scaled by the fraction of that roof such kernels
 // reach; every launch adds a fixed cost (its ramp-up and tail on the device, and the host's
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "remat/backend/work.hpp"
+#include "remat/core/work.hpp"
 
 namespace remat {
 

@@ -20,6 +20,7 @@
 #include "remat/core/math.hpp"
 
 #include "remat/core/memory.hpp"
+#include "remat/ops/layer_norm.hpp"
 
 namespace remat {
 struct Cpu;
@@ -59,9 +60,11 @@ struct CpuNn {
   using CArr = Eigen::Map<const Eigen::ArrayXf>;
 
   // y (rows, C) = (x - mean) rstd w + b; saves mean (rows), rstd (rows)
-  static void layer_norm_forward(float* y, float* mean, float* rstd, const float* x,
-                                 const float* w, const float* b, std::int64_t rows, std::int64_t C,
-                                 float eps) {
+  static void run(const LayerNormOp::Forward& k) {
+    float *y = k.y, *mean = k.mean, *rstd = k.rstd;
+    const float *x = k.x, *w = k.w, *b = k.b;
+    const std::int64_t rows = k.rows, C = k.C;
+    const float eps = k.eps;
     parallel_for(rows, 16, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
         CArr X(x + r * C, C);
@@ -79,12 +82,13 @@ struct CpuNn {
   // dw and db sum per thread, then in thread order: deterministic for a fixed thread count.
   // Scratch per chunk: its dw and db rows, then its xhat and g rows (no heap behind the ledger).
   // set_*: that buffer holds no values yet and is written (=), not added into.
-  static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy,
-                                  const float* x, const float* w, const float* mean,
-                                  const float* rstd, std::int64_t rows, std::int64_t C,
-                                  bool set_dx = false, bool set_dw = false, bool set_db = false) {
+  static void run(const LayerNormOp::Backward& k) {
+    float *dx = k.dx, *dw = k.dw, *db = k.db;
+    const float *dy = k.dy, *x = k.x, *w = k.w, *mean = k.mean, *rstd = k.rstd;
+    const std::int64_t rows = k.rows, C = k.C;
+    const bool set_dx = k.set_dx, set_dw = k.set_dw, set_db = k.set_db;
     const int T = layer_norm_chunks(rows);
-    const Scratch<float> part(layer_norm_backward_scratch(rows, C) / sizeof(float));
+    const Scratch<float> part(scratch(k) / sizeof(float));
     std::fill(part.data(), part.data() + 2 * T * C, 0.0f);
     parallel_for_chunks(rows, T, [&](int t, std::int64_t rb, std::int64_t re) {
       Arr pw(part.data() + 2 * t * C, C), pb(part.data() + (2 * t + 1) * C, C);
@@ -111,10 +115,10 @@ struct CpuNn {
     }
   }
 
-  /// Bytes of the scratch layer_norm_backward allocates: per chunk a dw and a db row of partial
-  /// sums and an xhat and a g row.
-  static std::size_t layer_norm_backward_scratch(std::int64_t rows, std::int64_t C) {
-    return static_cast<std::size_t>(4 * layer_norm_chunks(rows) * C) * sizeof(float);
+  /// Bytes of the layer norm backward's scratch: per chunk a dw and a db row of partial sums
+  /// and an xhat and a g row.
+  static std::size_t scratch(const LayerNormOp::Backward& k) {
+    return static_cast<std::size_t>(4 * layer_norm_chunks(k.rows) * k.C) * sizeof(float);
   }
 
   // y (rows, C) = softmax over the last axis of x

@@ -22,6 +22,7 @@
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/shape.hpp"
 #include "remat/core/math.hpp"
+#include "remat/ops/layer_norm.hpp"
 
 namespace remat {
 namespace cuda {
@@ -68,7 +69,7 @@ __global__ void layer_norm_forward_kernel(float* y, float* mean, float* rstd, co
 // NOTE [layer norm backward]
 // One launch whatever the rows (was five: dx, then two column sums of two kernels each; then
 // two: the column sums' finish was a kernel of its own).
-// - Block b takes the rows [rows b / K, rows (b+1) / K) of K = kLayerNormChunks, in order. Per
+// - Block b takes the rows [rows b / K, rows (b+1) / K) of K = kRowSumChunks, in order. Per
 //   row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w (written or added: set_dx); and
 //   the chunk's partial sums of dw (dy xhat) and db (dy), each column owned by one thread, in
 //   its row of the scratch.
@@ -85,7 +86,7 @@ __device__ inline void layer_norm_finish(float* dw, float* db, const float* part
                                          bool set_db) {
   for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float sw = 0.0f, sb = 0.0f;
-    for (int k = 0; k < kLayerNormChunks; ++k) {
+    for (int k = 0; k < kRowSumChunks; ++k) {
       if (dw) sw += part_w[k * C + c];
       if (db) sb += part_b[k * C + c];
     }
@@ -334,29 +335,26 @@ __global__ void permute_kernel(float* y, const float* x, std::int64_t n, Permute
 struct CudaNn {
   static cudaStream_t s() { return Context::get().stream(); }
 
-  static void layer_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
-                                 const float* b, std::int64_t rows, std::int64_t C, float eps) {
-    if (rows == 0) return;
-    REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<>, static_cast<unsigned>(rows), kRowThreads, 0, s(),
-                      y, mean, rstd, x, w, b, C, eps);
+  static void run(const LayerNormOp::Forward& k) {
+    if (k.rows == 0) return;
+    REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<>, static_cast<unsigned>(k.rows), kRowThreads, 0,
+                      s(), k.y, k.mean, k.rstd, k.x, k.w, k.b, k.C, k.eps);
   }
   // set_*: that buffer holds no values yet and is written, not added into (NOTE [fresh
   // gradient buffers]); NOTE [layer norm backward] for the one launch
-  static void layer_norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                                  const float* w, const float* mean, const float* rstd,
-                                  std::int64_t rows, std::int64_t C, bool set_dx = false,
-                                  bool set_dw = false, bool set_db = false) {
-    if (rows == 0 || C == 0) {  // empty sums: a written dw or db is zero
-      if (dw && set_dw) CudaMemory::fill(dw, C, 0.0f);
-      if (db && set_db) CudaMemory::fill(db, C, 0.0f);
+  static void run(const LayerNormOp::Backward& k) {
+    const std::int64_t C = k.C;
+    if (k.rows == 0 || C == 0) {  // empty sums: a written dw or db is zero
+      if (k.dw && k.set_dw) CudaMemory::fill(k.dw, C, 0.0f);
+      if (k.db && k.set_db) CudaMemory::fill(k.db, C, 0.0f);
       return;
     }
-    const Scratch scratch(CudaSizes::layer_norm_backward_scratch(rows, C));
-    float* part_w = dw ? scratch.as<float>() : nullptr;
-    float* part_b = db ? scratch.as<float>() + kLayerNormChunks * C : nullptr;
-    REMAT_CUDA_LAUNCH(layer_norm_backward_kernel<>, static_cast<unsigned>(kLayerNormChunks),
-                      kRowThreads, 0, s(), dx, dw, db, part_w, part_b, dy, x, w, mean, rstd, rows,
-                      C, set_dx, set_dw, set_db);
+    const Scratch scratch(CudaSizes::scratch(k));
+    float* part_w = k.dw ? scratch.as<float>() : nullptr;
+    float* part_b = k.db ? scratch.as<float>() + kRowSumChunks * C : nullptr;
+    REMAT_CUDA_LAUNCH(layer_norm_backward_kernel<>, static_cast<unsigned>(kRowSumChunks),
+                      kRowThreads, 0, s(), k.dx, k.dw, k.db, part_w, part_b, k.dy, k.x, k.w,
+                      k.mean, k.rstd, k.rows, C, k.set_dx, k.set_dw, k.set_db);
   }
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;

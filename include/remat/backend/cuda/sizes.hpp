@@ -10,13 +10,14 @@
 #include <cstdlib>
 #include <string>
 
+#include "remat/core/kernel.hpp"
 #include "remat/core/math.hpp"
 
 namespace remat {
 namespace cuda {
 
 constexpr int kColumnChunks = 64;   // row chunks of a deterministic column sum (colsum.cuh)
-constexpr int kLayerNormChunks = 256;  // row chunks of layer norm's dw/db partial sums (nn.cuh)
+constexpr int kRowSumChunks = 256;  // row chunks of a norm's dw/db partial sums (nn.cuh)
 constexpr int kFlashMaxD = 128;     // the fused attention's largest head size (flash.cuh)
 constexpr int kSumSquaresBlocks = 64;  // partial sums of sum_squares (optim.cuh)
 constexpr std::size_t kSumSquaresChunk = 4096;  // buffers per round of sum_squares_many
@@ -96,10 +97,14 @@ struct CudaSizes {
     const std::size_t ws = out == 0 ? 0 : gemm_workspace(hidden, rows), cs = column_sum_scratch(hidden);
     return ws > cs ? ws : cs;
   }
-  /// layer_norm_backward: a row of dw and a row of db partial sums per row chunk (taken
-  /// whenever rows > 0, as on the CPU).
-  static std::size_t layer_norm_backward_scratch(std::int64_t rows, std::int64_t C) {
-    return rows == 0 ? 0 : static_cast<std::size_t>(2 * kLayerNormChunks * C) * sizeof(float);
+  /// An op kernel that sums C-wide rows (RowSums, NOTE [op kernels] in core/kernel.hpp: a
+  /// norm's dw and db): a row of partial sums per sum and row chunk, taken whenever there are
+  /// rows (as on the CPU). Its CUDA kernel finishes the sums in chunk order (NOTE [layer norm
+  /// backward]).
+  template <class K, std::enable_if_t<detail::has_row_sums<K>::value, int> = 0>
+  static std::size_t scratch(const K& k) {
+    const RowSums r = k.row_sums();
+    return r.rows == 0 ? 0 : static_cast<std::size_t>(r.count * kRowSumChunks * r.width) * sizeof(float);
   }
   /// binary_backward column-sums the gradient of a broadcast operand (da, then db, through one
   /// scratch).

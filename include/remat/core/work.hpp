@@ -6,7 +6,6 @@
 // such as attention's K/V tiles, are not counted). plan/roofline.hpp turns it into a predicted
 // time on a given device.
 
-
 namespace remat {
 
 enum class WorkKind : int {

@@ -1,0 +1,14 @@
+#pragma once
+// SPDX-License-Identifier: MIT
+// Every op kernel of the library, one list per op family joined (NOTE [op kernels] in
+// core/kernel.hpp): what check_backend<B>() asks a backend for, beside the primitives of
+// backend/backend.hpp. A family header of its own adds its list here.
+
+#include "remat/core/kernel.hpp"
+#include "remat/ops/layer_norm.hpp"
+
+namespace remat {
+
+using OpKernels = JoinKernels<NormKernels>;
+
+}  // namespace remat
