@@ -78,7 +78,7 @@ struct Config {
 
 /// RMSNorm from primitives: x / sqrt(mean(x^2) + eps) * g over the last axis.
 template <class B>
-remat::Tensor<B> rms_norm(const remat::Tensor<B>& x, const remat::Tensor<B>& g, float eps) {
+remat::Tensor<B> composed_rms_norm(const remat::Tensor<B>& x, const remat::Tensor<B>& g, float eps) {
   return x * remat::rsqrt(remat::mean(remat::square(x), -1, true) + eps) * g;
 }
 
@@ -132,7 +132,7 @@ class Model : public remat::nn::Module<B> {
     const Layer& l = layers_.at(i);
     const std::int64_t Bn = x.size(0), Tn = x.size(1), C = c_.dim, H = c_.heads,
                        KVH = c_.kv_heads, D = C / H;
-    const T h = rms_norm(x, l.g1, c_.eps);
+    const T h = composed_rms_norm(x, l.g1, c_.eps);
     auto split = [&](const T& t, std::int64_t heads) {  // (B, T, heads D) -> (B, heads, T, D)
       return remat::permute(remat::reshape(t, {Bn, Tn, heads, D}), {0, 2, 1, 3});
     };
@@ -142,7 +142,7 @@ class Model : public remat::nn::Module<B> {
     const T a = remat::attention(q, k, v, /*causal=*/true);                       // (B, H, T, D)
     const T merged = remat::reshape(remat::permute(a, {0, 2, 1, 3}), {Bn, Tn, C});
     const T x2 = x + remat::matmul(merged, l.wo);
-    const T h2 = rms_norm(x2, l.g2, c_.eps);
+    const T h2 = composed_rms_norm(x2, l.g2, c_.eps);
     const T up = c_.fused_swiglu ? swiglu(remat::matmul(h2, l.w1), remat::matmul(h2, l.w3))
                                  : remat::silu(remat::matmul(h2, l.w1)) * remat::matmul(h2, l.w3);
     return x2 + remat::matmul(up, l.w2);
@@ -150,7 +150,7 @@ class Model : public remat::nn::Module<B> {
 
   /// The final norm, the output projection and the mean cross-entropy against targets (B, T).
   T loss(const T& x, const T& targets) const {
-    return remat::cross_entropy(remat::matmul(rms_norm(x, norm_, c_.eps), out_), targets);
+    return remat::cross_entropy(remat::matmul(composed_rms_norm(x, norm_, c_.eps), out_), targets);
   }
 
   const Config& config() const { return c_; }
