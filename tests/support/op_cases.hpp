@@ -97,6 +97,7 @@ const std::vector<OpCase<B>>& op_cases() {
       {"softmax", {{{6, 300}}}, [](const V& x) { return softmax(x[0]); }},
       {"layer_norm", {{{9, 300}, 2.0f, 1.0f}, {{300}, 0.5f, 1.0f}, {{300}}},
        [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"rms_norm", {{{4, 75, 48}, 2.0f, 1.0f}, {{48}, 0.5f, 1.0f}}, [](const V& x) { return rms_norm(x[0], x[1]); }},
       {"embedding", {{{50, 16}}},
        [](const V& x) { return embedding(x[0], x[0].tape().tokens({2, 5}, {0, 49, 3, 3, 7, 49, 3, 0, 1, 3})); }},
       {"attention", {{{2, 3, 70, 16}}, {{2, 3, 70, 16}}, {{2, 3, 70, 16}}},

@@ -10,6 +10,21 @@
 
 namespace remat {
 
+namespace detail {
+// The width C of a norm over the last axis of x, after checking x and that each parameter is [C].
+template <class B>
+std::int64_t norm_width(const char* op, const Tensor<B>& x, const Tensor<B>& w,
+                        const Tensor<B>* b = nullptr) {
+  check_f32(op, "x", x);
+  check_nonempty(op, "x", x);
+  const std::int64_t C = x.shape()[-1];
+  REMAT_CHECK(w.shape() == Shape{C} && (!b || b->shape() == Shape{C}), "remat::", op,
+              ": weight is ", w.shape().str(), b ? " and bias is " + b->shape().str() : "",
+              " for x ", x.shape().str(), " (expected [", C, "], the last dimension of x)");
+  return C;
+}
+}  // namespace detail
+
 // y = (x - mean) rstd w + b over the last axis (C), rstd = 1 / sqrt(var + eps).
 // xhat = (x - mean) rstd, g = dy w:
 //   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dw = sum_rows dy xhat,  db = sum_rows dy
@@ -45,12 +60,7 @@ struct LayerNormOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, const Tensor<B>& w,
                            const Tensor<B>& b, float eps) {
-    detail::check_f32(name, "x", x);
-    detail::check_nonempty(name, "x", x);
-    s.C = x.shape()[-1];
-    REMAT_CHECK(w.shape() == Shape{s.C} && b.shape() == Shape{s.C}, "remat::layer_norm: weight is ",
-                w.shape().str(), " and bias is ", b.shape().str(), " for x ", x.shape().str(),
-                " (expected both [", s.C, "], the last dimension of x)");
+    s.C = detail::norm_width(name, x, w, &b);
     s.rows = x.numel() / s.C;
     auto y = detail::empty_like(x);
     s.mean = detail::make_tensor<B>(&x.tape(), Shape{s.rows});
@@ -81,7 +91,71 @@ Tensor<B> layer_norm(const Tensor<B>& x, const Tensor<B>& w, const Tensor<B>& b,
   return detail::apply<LayerNormOp>(std::array<Tensor<B>, 3>{x, w, b}, eps);
 }
 
+// RMSNorm (Zhang and Sennrich 2019; Llama, Qwen, SmolLM): y = x rstd w over the last axis (C),
+// rstd = 1 / sqrt(mean(x^2) + eps). xhat = x rstd, g = dy w:
+//   dx = rstd (g - xhat mean(g xhat)),  dw = sum_rows dy xhat
+// (layer norm without the mean and the bias: mean(g) drops out of dx because xhat is not
+// centred). Saves x, w and rstd (one float per row).
+struct RmsNormOp {
+  static constexpr const char* name = "rms_norm";
+  // y (rows, C) = x rstd w; rstd (rows) written
+  struct Forward {
+    static constexpr const char* name = "rms_norm_forward";
+    float *y, *rstd;
+    const float *x, *w;
+    std::int64_t rows, C;
+    float eps;
+    void work(Work& k) const { k.add(WorkKind::norm, 5.0 * rows * C, 4.0 * (2.0 * rows * C + C + rows)); }
+  };
+  // dx (+)= rstd (g - xhat mean(g xhat)), dw (+)= sum_rows dy xhat; a null output is a
+  // gradient not asked for; set_*: that buffer is written (=), not added into
+  struct Backward {
+    static constexpr const char* name = "rms_norm_backward";
+    float *dx, *dw;
+    const float *dy, *x, *w, *rstd;
+    std::int64_t rows, C;
+    bool set_dx, set_dw;
+    void work(Work& k) const { k.add(WorkKind::norm, 9.0 * rows * C, 4.0 * (3.0 * rows * C + 2.0 * C + rows)); }
+    RowSums row_sums() const { return {1, C, rows}; }  // dw
+  };
+  template <class B>
+  struct Saved {
+    std::int64_t rows = 0, C = 0;
+    Tensor<B> x, w, rstd;  // rstd: one float per row
+    template <class F> void each(F f) const { f(x); f(w); f(rstd); }
+  };
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, const Tensor<B>& w, float eps) {
+    s.C = detail::norm_width(name, x, w);
+    s.rows = x.numel() / s.C;
+    auto y = detail::empty_like(x);
+    s.rstd = detail::make_tensor<B>(&x.tape(), Shape{s.rows});
+    run_kernel<B>(Forward{y.template data<float>(), s.rstd.template data<float>(),
+                          x.template data<float>(), w.template data<float>(), s.rows, s.C, eps});
+    s.x = x;
+    s.w = w;
+    return y;
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {
+    auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
+    run_kernel<B>(Backward{ptr(dinp[0]), ptr(dinp[1]), dout.template data<float>(),
+                           s.x.template data<float>(), s.w.template data<float>(),
+                           s.rstd.template data<float>(), s.rows, s.C, detail::fresh_at(fresh, 0),
+                           detail::fresh_at(fresh, 1)});
+  }
+};
+
+/// RMSNorm over the last axis with a weight (C): x / sqrt(mean(x^2) + eps) * w. Llama 3 and
+/// Qwen use eps = 1e-5 or 1e-6 (their configs' rms_norm_eps); SmolLM2 1e-5.
+template <class B>
+Tensor<B> rms_norm(const Tensor<B>& x, const Tensor<B>& w, float eps = 1e-6f) {
+  return detail::apply<RmsNormOp>(std::array<Tensor<B>, 2>{x, w}, eps);
+}
+
 /// The norms' kernels (ops/kernels.hpp joins the families' lists).
-using NormKernels = KernelList<LayerNormOp::Forward, LayerNormOp::Backward>;
+using NormKernels = KernelList<LayerNormOp::Forward, LayerNormOp::Backward, RmsNormOp::Forward,
+                               RmsNormOp::Backward>;
 
 }  // namespace remat

@@ -1,7 +1,7 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// CPU backend, part 4: row kernels of neural nets: layer norm, softmax, causal attention,
-// cross-entropy and embedding. Shapes in comments; gradient outputs accumulate (+=).
+// CPU backend, part 4: row kernels of neural nets: the norms (layer norm, RMSNorm), softmax,
+// causal attention, cross-entropy and embedding. Shapes in comments; gradient outputs accumulate (+=).
 
 #include <algorithm>
 #include <utility>
@@ -77,49 +77,32 @@ struct CpuNn {
       }
     });
   }
-  // xhat = (x - mean) rstd, g = dy w:
-  //   dx += rstd (g - mean(g) - xhat mean(g xhat)),  dw += sum_rows dy xhat,  db += sum_rows dy
-  // dw and db sum per thread, then in thread order: deterministic for a fixed thread count.
-  // Scratch per chunk: its dw and db rows, then its xhat and g rows (no heap behind the ledger).
-  // set_*: that buffer holds no values yet and is written (=), not added into.
-  static void run(const LayerNormOp::Backward& k) {
-    float *dx = k.dx, *dw = k.dw, *db = k.db;
-    const float *dy = k.dy, *x = k.x, *w = k.w, *mean = k.mean, *rstd = k.rstd;
-    const std::int64_t rows = k.rows, C = k.C;
-    const bool set_dx = k.set_dx, set_dw = k.set_dw, set_db = k.set_db;
-    const int T = layer_norm_chunks(rows);
-    const Scratch<float> part(scratch(k) / sizeof(float));
-    std::fill(part.data(), part.data() + 2 * T * C, 0.0f);
-    parallel_for_chunks(rows, T, [&](int t, std::int64_t rb, std::int64_t re) {
-      Arr pw(part.data() + 2 * t * C, C), pb(part.data() + (2 * t + 1) * C, C);
-      Arr xhat(part.data() + (2 * T + 2 * t) * C, C), g(part.data() + (2 * T + 2 * t + 1) * C, C);
+  // y (rows, C) = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saves rstd (rows)
+  static void run(const RmsNormOp::Forward& k) {
+    const std::int64_t C = k.C;
+    parallel_for(k.rows, 16, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
-        CArr X(x + r * C, C), G(dy + r * C, C);
-        xhat = (X - mean[r]) * rstd[r];
-        g = G * CArr(w, C);
-        if (dx) {
-          const float mg = g.sum() / static_cast<float>(C);
-          const float mgx = (g * xhat).sum() / static_cast<float>(C);
-          if (set_dx) Arr(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
-          else Arr(dx + r * C, C) += rstd[r] * (g - mg - xhat * mgx);
-        }
-        pw += G * xhat;
-        pb += G;
+        CArr X(k.x + r * C, C);
+        const float s = 1.0f / std::sqrt(X.square().sum() / static_cast<float>(C) + k.eps);
+        Arr(k.y + r * C, C) = X * s * CArr(k.w, C);
+        k.rstd[r] = s;
       }
     });
-    if (dw && set_dw) std::fill(dw, dw + C, 0.0f);  // C floats: the sum's first term
-    if (db && set_db) std::fill(db, db + C, 0.0f);
-    for (int t = 0; t < T; ++t) {
-      if (dw) Arr(dw, C) += CArr(part.data() + 2 * t * C, C);
-      if (db) Arr(db, C) += CArr(part.data() + (2 * t + 1) * C, C);
-    }
   }
 
-  /// Bytes of the layer norm backward's scratch: per chunk a dw and a db row of partial sums
-  /// and an xhat and a g row.
-  static std::size_t scratch(const LayerNormOp::Backward& k) {
-    return static_cast<std::size_t>(4 * layer_norm_chunks(k.rows) * k.C) * sizeof(float);
+  // The norms' backward (NOTE [norm backward on the CPU]).
+  static void run(const LayerNormOp::Backward& k) {
+    norm_backward<true>(k.dx, k.dw, k.db, k.dy, k.x, k.w, k.mean, k.rstd, k.rows, k.C, k.set_dx,
+                        k.set_dw, k.set_db, scratch(k));
   }
+  static void run(const RmsNormOp::Backward& k) {
+    norm_backward<false>(k.dx, k.dw, nullptr, k.dy, k.x, k.w, nullptr, k.rstd, k.rows, k.C,
+                         k.set_dx, k.set_dw, false, scratch(k));
+  }
+  /// Bytes of the norms' backward scratch: per chunk a row of partial sums for each of dw and
+  /// db (layer norm) or dw (RMSNorm), and an xhat and a g row.
+  static std::size_t scratch(const LayerNormOp::Backward& k) { return norm_scratch(2, k.rows, k.C); }
+  static std::size_t scratch(const RmsNormOp::Backward& k) { return norm_scratch(1, k.rows, k.C); }
 
   // y (rows, C) = softmax over the last axis of x
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
@@ -366,7 +349,52 @@ struct CpuNn {
     static std::atomic<AttentionPath> p{AttentionPath::from_env};
     return p;
   }
-  static int layer_norm_chunks(std::int64_t rows) { return std::max(1, num_chunks(rows, 16)); }
+  static int norm_chunks(std::int64_t rows) { return std::max(1, num_chunks(rows, 16)); }
+  static std::size_t norm_scratch(int sums, std::int64_t rows, std::int64_t C) {
+    return static_cast<std::size_t>((sums + 2) * norm_chunks(rows) * C) * sizeof(float);
+  }
+  // NOTE [norm backward on the CPU]
+  // xhat = (x - mean) rstd (Centered: layer norm) or x rstd (RMSNorm), g = dy w:
+  //   dx (+)= rstd (g - mean(g) - xhat mean(g xhat))   (RMSNorm: without the mean(g) term),
+  //   dw (+)= sum_rows dy xhat,  db (+)= sum_rows dy    (RMSNorm: no db).
+  // The rows go in chunks, one a thread; each chunk sums dw and db in its own rows of the
+  // scratch, then the chunks are added in order: deterministic for a fixed thread count.
+  // Scratch: per chunk a row for each sum, then per chunk an xhat and a g row (no heap behind
+  // the ledger). set_*: that buffer holds no values yet and is written (=), not added into.
+  template <bool Centered>
+  static void norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                            const float* w, const float* mean, const float* rstd,
+                            std::int64_t rows, std::int64_t C, bool set_dx, bool set_dw,
+                            bool set_db, std::size_t scratch_bytes) {
+    const int T = norm_chunks(rows), sums = Centered ? 2 : 1;
+    const Scratch<float> part(scratch_bytes / sizeof(float));
+    std::fill(part.data(), part.data() + sums * T * C, 0.0f);
+    float* rows_of = part.data() + sums * T * C;  // the chunks' xhat and g rows
+    parallel_for_chunks(rows, T, [&](int t, std::int64_t rb, std::int64_t re) {
+      Arr pw(part.data() + sums * t * C, C);
+      Arr xhat(rows_of + 2 * t * C, C), g(rows_of + (2 * t + 1) * C, C);
+      for (std::int64_t r = rb; r < re; ++r) {
+        CArr X(x + r * C, C), G(dy + r * C, C);
+        if constexpr (Centered) xhat = (X - mean[r]) * rstd[r];
+        else xhat = X * rstd[r];
+        g = G * CArr(w, C);
+        if (dx) {
+          const float mg = Centered ? g.sum() / static_cast<float>(C) : 0.0f;
+          const float mgx = (g * xhat).sum() / static_cast<float>(C);
+          if (set_dx) Arr(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
+          else Arr(dx + r * C, C) += rstd[r] * (g - mg - xhat * mgx);
+        }
+        pw += G * xhat;
+        if constexpr (Centered) Arr(part.data() + (2 * t + 1) * C, C) += G;
+      }
+    });
+    if (dw && set_dw) std::fill(dw, dw + C, 0.0f);  // C floats: the sum's first term
+    if (db && set_db) std::fill(db, db + C, 0.0f);
+    for (int t = 0; t < T; ++t) {
+      if (dw) Arr(dw, C) += CArr(part.data() + sums * t * C, C);
+      if (db) Arr(db, C) += CArr(part.data() + (2 * t + 1) * C, C);
+    }
+  }
   static int num_chunks(std::int64_t n, std::int64_t grain) {
 #if defined(_OPENMP)
     return static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(omp_get_max_threads(), n / grain)));

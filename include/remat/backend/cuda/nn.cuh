@@ -1,7 +1,7 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// CUDA row kernels: layer norm, softmax, cross-entropy, embedding, reductions over an axis,
-// block copies (slice, concat), permute, and attention. One thread block per row where a row
+// CUDA row kernels: the norms (layer norm, RMSNorm), softmax, cross-entropy, embedding,
+// reductions over an axis, block copies (slice, concat), permute, and attention. One thread block per row where a row
 // needs a reduction; column sums run one thread per column over the rows in order, so they
 // are deterministic (colsum.cuh). The embedding's scatter-add has no atomics either: each block
 // owns a range of the table's rows and sums their tokens in sequence order (NOTE [embedding backward]).
@@ -48,26 +48,34 @@ __device__ inline float block_reduce(float v, float* shared) {
   return r;
 }
 
-template <int = 0>
+// The norms' forward, a block a row: y = (x - mean) rstd w + b, rstd = 1 / sqrt(var + eps)
+// (Centered: layer norm; mean written), or y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps)
+// (RMSNorm: mean and b unused).
+template <bool Centered = true>
 __global__ void layer_norm_forward_kernel(float* y, float* mean, float* rstd, const float* x,
                                           const float* w, const float* b, std::int64_t C, float eps) {
   __shared__ float sh[32];
   const float* xr = x + blockIdx.x * C;
-  float s = 0;
-  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) s += xr[i];
-  const float m = block_reduce<false>(s, sh) / static_cast<float>(C);
+  float m = 0.0f;
+  if (Centered) {
+    float s = 0;
+    for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) s += xr[i];
+    m = block_reduce<false>(s, sh) / static_cast<float>(C);
+  }
   float v = 0;
   for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) v += (xr[i] - m) * (xr[i] - m);
   const float r = rsqrtf(block_reduce<false>(v, sh) / static_cast<float>(C) + eps);
   float* yr = y + blockIdx.x * C;
-  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) yr[i] = (xr[i] - m) * r * w[i] + b[i];
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x)
+    yr[i] = Centered ? (xr[i] - m) * r * w[i] + b[i] : xr[i] * r * w[i];
   if (threadIdx.x == 0) {
-    mean[blockIdx.x] = m;
+    if (Centered) mean[blockIdx.x] = m;
     rstd[blockIdx.x] = r;
   }
 }
 // NOTE [layer norm backward]
-// One launch whatever the rows (was five: dx, then two column sums of two kernels each; then
+// The norms' backward (layer norm; RMSNorm with Centered false: no mean, no db, and no mean(g)
+// term in dx). One launch whatever the rows (was five: dx, then two column sums of two kernels each; then
 // two: the column sums' finish was a kernel of its own).
 // - Block b takes the rows [rows b / K, rows (b+1) / K) of K = kRowSumChunks, in order. Per
 //   row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w (written or added: set_dx); and
@@ -94,7 +102,7 @@ __device__ inline void layer_norm_finish(float* dw, float* db, const float* part
     if (db) db[c] = set_db ? sb : db[c] + sb;
   }
 }
-template <int = 0>
+template <bool Centered = true>
 __global__ void layer_norm_backward_kernel(float* dx, float* dw, float* db, float* part_w,
                                            float* part_b, const float* dy, const float* x,
                                            const float* w, const float* mean, const float* rstd,
@@ -111,7 +119,7 @@ __global__ void layer_norm_backward_kernel(float* dx, float* dw, float* db, floa
     if (pb) pb[i] = 0.0f;
   }
   for (std::int64_t r = r0; r < r1; ++r) {
-    const float m = mean[r], s = rstd[r];
+    const float m = Centered ? mean[r] : 0.0f, s = rstd[r];
     const float *xr = x + r * C, *gr = dy + r * C;
     if (dx) {  // the same branch for the whole block (block_reduce synchronizes it)
       float a = 0, bsum = 0;
@@ -120,7 +128,7 @@ __global__ void layer_norm_backward_kernel(float* dx, float* dw, float* db, floa
         a += g;
         bsum += g * (xr[i] - m) * s;
       }
-      const float mg = block_reduce<false>(a, sh) / static_cast<float>(C);
+      const float mg = Centered ? block_reduce<false>(a, sh) / static_cast<float>(C) : 0.0f;
       const float mgx = block_reduce<false>(bsum, sh) / static_cast<float>(C);
       for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
         const float d = s * (gr[i] * w[i] - mg - (xr[i] - m) * s * mgx);
@@ -337,24 +345,41 @@ struct CudaNn {
 
   static void run(const LayerNormOp::Forward& k) {
     if (k.rows == 0) return;
-    REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<>, static_cast<unsigned>(k.rows), kRowThreads, 0,
-                      s(), k.y, k.mean, k.rstd, k.x, k.w, k.b, k.C, k.eps);
+    REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<true>, static_cast<unsigned>(k.rows), kRowThreads,
+                      0, s(), k.y, k.mean, k.rstd, k.x, k.w, k.b, k.C, k.eps);
+  }
+  static void run(const RmsNormOp::Forward& k) {
+    if (k.rows == 0) return;
+    REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<false>, static_cast<unsigned>(k.rows), kRowThreads,
+                      0, s(), k.y, nullptr, k.rstd, k.x, k.w, nullptr, k.C, k.eps);
   }
   // set_*: that buffer holds no values yet and is written, not added into (NOTE [fresh
   // gradient buffers]); NOTE [layer norm backward] for the one launch
   static void run(const LayerNormOp::Backward& k) {
-    const std::int64_t C = k.C;
-    if (k.rows == 0 || C == 0) {  // empty sums: a written dw or db is zero
-      if (k.dw && k.set_dw) CudaMemory::fill(k.dw, C, 0.0f);
-      if (k.db && k.set_db) CudaMemory::fill(k.db, C, 0.0f);
+    norm_backward<true>(k.dx, k.dw, k.db, k.dy, k.x, k.w, k.mean, k.rstd, k.rows, k.C, k.set_dx,
+                        k.set_dw, k.set_db, CudaSizes::scratch(k));
+  }
+  static void run(const RmsNormOp::Backward& k) {
+    norm_backward<false>(k.dx, k.dw, nullptr, k.dy, k.x, k.w, nullptr, k.rstd, k.rows, k.C,
+                         k.set_dx, k.set_dw, false, CudaSizes::scratch(k));
+  }
+  // The norms' backward: one launch, the partial sums of dw (and db) in the scratch.
+  template <bool Centered>
+  static void norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                            const float* w, const float* mean, const float* rstd,
+                            std::int64_t rows, std::int64_t C, bool set_dx, bool set_dw,
+                            bool set_db, std::size_t scratch_bytes) {
+    if (rows == 0 || C == 0) {  // empty sums: a written dw or db is zero
+      if (dw && set_dw) CudaMemory::fill(dw, C, 0.0f);
+      if (db && set_db) CudaMemory::fill(db, C, 0.0f);
       return;
     }
-    const Scratch scratch(CudaSizes::scratch(k));
-    float* part_w = k.dw ? scratch.as<float>() : nullptr;
-    float* part_b = k.db ? scratch.as<float>() + kRowSumChunks * C : nullptr;
-    REMAT_CUDA_LAUNCH(layer_norm_backward_kernel<>, static_cast<unsigned>(kRowSumChunks),
-                      kRowThreads, 0, s(), k.dx, k.dw, k.db, part_w, part_b, k.dy, k.x, k.w,
-                      k.mean, k.rstd, k.rows, C, k.set_dx, k.set_dw, k.set_db);
+    const Scratch scratch(scratch_bytes);
+    float* part_w = dw ? scratch.as<float>() : nullptr;
+    float* part_b = db ? scratch.as<float>() + kRowSumChunks * C : nullptr;
+    REMAT_CUDA_LAUNCH(layer_norm_backward_kernel<Centered>, static_cast<unsigned>(kRowSumChunks),
+                      kRowThreads, 0, s(), dx, dw, db, part_w, part_b, dy, x, w, mean, rstd, rows,
+                      C, set_dx, set_dw, set_db);
   }
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
