@@ -4,8 +4,13 @@
 // Rows are cut into a fixed number of chunks; one thread sums a (chunk, column) pair in order,
 // then one thread per column adds the chunks in order. The same bits every run, and the whole
 // GPU busy (one thread per column alone leaves it idle on tall matrices: 8192 x 768 rows).
-// Terms: plain g (a bias gradient where cuBLASLt has no epilogue); a binary op's broadcast
-// gradient. (Layer norm sums its own: NOTE [layer norm backward].)
+// What is summed is a term: any struct with
+//   __device__ float operator()(std::int64_t r, std::int64_t c, std::int64_t C) const
+// giving the value at row r, column c of a (rows, C) matrix that need not exist in memory. The
+// terms here: ColumnOf (a bias gradient where cuBLASLt has no epilogue) and BinaryGradColumn
+// (a binary op's broadcast gradient); a fused op's CUDA kernel defines its own beside it, and
+// the scratch is CudaSizes::column_sum_scratch(C) whatever the term. (The norms sum their dw
+// and db inside their own kernel: NOTE [layer norm backward].)
 
 #include <cstdint>
 
@@ -17,28 +22,31 @@
 namespace remat {
 namespace cuda {
 
-struct ColumnTerm {
-  enum Kind { plain, binary_a, binary_b } kind = plain;
-  const float* g = nullptr;  // (rows, C)
-  const float* x = nullptr;  // binary operand a
-  const float* y = nullptr;  // binary operand b
-  math::BinaryKind op = math::BinaryKind::add;
-  bool a_bc = false, b_bc = false;
-
+/// The matrix g (rows, C) itself.
+struct ColumnOf {
+  const float* g = nullptr;
   __device__ float operator()(std::int64_t r, std::int64_t c, std::int64_t C) const {
-    const std::int64_t i = r * C + c;
-    switch (kind) {
-      case plain: return g[i];
-      case binary_a: return g[i] * math::binary_grad_a(op, x[a_bc ? c : i], y[b_bc ? c : i]);
-      case binary_b: return g[i] * math::binary_grad_b(op, x[a_bc ? c : i], y[b_bc ? c : i]);
-    }
-    return 0.0f;
+    return g[r * C + c];
   }
 };
 
+/// A binary op's gradient with respect to a (wrt_a) or b: g times the op's partial
+/// derivative at (a, b), either operand repeated over the rows when broadcast (a_bc, b_bc).
+struct BinaryGradColumn {
+  const float* g = nullptr;  // (rows, C)
+  const float* a = nullptr;
+  const float* b = nullptr;
+  math::BinaryKind op = math::BinaryKind::add;
+  bool a_bc = false, b_bc = false, wrt_a = true;
+  __device__ float operator()(std::int64_t r, std::int64_t c, std::int64_t C) const {
+    const std::int64_t i = r * C + c;
+    const float x = a[a_bc ? c : i], y = b[b_bc ? c : i];
+    return g[i] * (wrt_a ? math::binary_grad_a(op, x, y) : math::binary_grad_b(op, x, y));
+  }
+};
 
-template <int = 0>
-__global__ void column_partial_kernel(float* partial, ColumnTerm t, std::int64_t rows, std::int64_t C) {
+template <class Term>
+__global__ void column_partial_kernel(float* partial, Term t, std::int64_t rows, std::int64_t C) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   const std::int64_t chunk = blockIdx.y;
   if (c >= C) return;
@@ -57,11 +65,12 @@ __global__ void column_finish_kernel(float* out, const float* partial, std::int6
   out[c] = accumulate ? out[c] + s : s;
 }
 
-/// out (C) += sum over the rows of term (rows, C), deterministically (accumulate false: out =,
+/// out (C) += sum over the rows of the term (rows, C), deterministically (accumulate false: out =,
 /// its old values never read). `partial` holds CudaSizes::column_sum_scratch(C) bytes (the
 /// caller's Scratch: one per kernel call, so that the estimator's model takes the same blocks).
-inline void column_sum(float* out, const ColumnTerm& t, std::int64_t rows, std::int64_t C,
-                       float* partial, bool accumulate = true) {
+template <class Term>
+void column_sum(float* out, const Term& t, std::int64_t rows, std::int64_t C, float* partial,
+                bool accumulate = true) {
   if (C == 0) return;
   if (rows == 0) {  // an empty sum
     if (!accumulate) CudaMemory::fill(out, C, 0.0f);
@@ -69,7 +78,7 @@ inline void column_sum(float* out, const ColumnTerm& t, std::int64_t rows, std::
   }
   const auto stream = Context::get().stream();
   const unsigned cols = static_cast<unsigned>((C + 127) / 128);
-  REMAT_CUDA_LAUNCH(column_partial_kernel<>, dim3(cols, kColumnChunks), 128, 0, stream,
+  REMAT_CUDA_LAUNCH(column_partial_kernel<Term>, dim3(cols, kColumnChunks), 128, 0, stream,
                     partial, t, rows, C);
   REMAT_CUDA_LAUNCH(column_finish_kernel<>, cols, 128, 0, stream, out, partial, C, accumulate);
 }

@@ -81,8 +81,7 @@ struct CudaLinear {
     CudaGemm::gemm(false, true, rows, hidden, out, 1.0f, dy, out, w, out, 0.0f, dpre, hidden);
     CudaPointwise::gelu_backward(dpre, pre, dpre, rows * hidden, true);
     if (!db) return;
-    ColumnTerm t;
-    t.g = dpre;
+    const ColumnOf t{dpre};
     column_sum(db, t, rows, hidden, scratch.as<float>(), false);
   }
   /// dw (in, out) = x^T dy + beta_w dw; db (out) = column sums of dy (rows, out), written.
@@ -97,8 +96,7 @@ struct CudaLinear {
                                 CUBLASLT_EPILOGUE_BGRADA, db, scratch.as<void>(), bytes))
       return;
     CudaGemm::gemm(true, false, in, out, rows, 1.0f, x, in, dy, out, beta_w, dw, out);
-    ColumnTerm t;
-    t.g = dy;
+    const ColumnOf t{dy};
     column_sum(db, t, rows, out, scratch.as<float>(), false);
   }
 };

@@ -163,14 +163,7 @@ struct CudaPointwise {
     auto run = [&](float* d, bool d_bc, bool wrt_a) {
       if (!d) return;
       if (d_bc) {  // summed over the rows: deterministic column sums (none: a set d is zeroed)
-        ColumnTerm t;
-        t.kind = wrt_a ? ColumnTerm::binary_a : ColumnTerm::binary_b;
-        t.g = dy;
-        t.x = a;
-        t.y = b;
-        t.op = k;
-        t.a_bc = a_bc;
-        t.b_bc = b_bc;
+        const BinaryGradColumn t{dy, a, b, k, a_bc, b_bc, wrt_a};
         column_sum(d, t, outer, inner, scratch.as<float>(), !(wrt_a ? set_a : set_b));
         return;
       }
