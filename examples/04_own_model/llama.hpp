@@ -74,6 +74,9 @@ struct Config {
   float rope_theta = 10000.0f, eps = 1e-5f;
   std::uint64_t seed = 7;
   bool fused_swiglu = true;  // false: silu(a) * b from primitives (what the op saves less than)
+  bool fused_norm = false;   // true: remat::rms_norm; false: composed_rms_norm, from primitives
+  bool recompute_composed = false;  // composed layers inside checkpoint(): their pointwise
+                                    // interiors recomputed in backward, not kept
 };
 
 /// RMSNorm from primitives: x / sqrt(mean(x^2) + eps) * g over the last axis.
@@ -132,7 +135,7 @@ class Model : public remat::nn::Module<B> {
     const Layer& l = layers_.at(i);
     const std::int64_t Bn = x.size(0), Tn = x.size(1), C = c_.dim, H = c_.heads,
                        KVH = c_.kv_heads, D = C / H;
-    const T h = composed_rms_norm(x, l.g1, c_.eps);
+    const T h = norm(x, l.g1);
     auto split = [&](const T& t, std::int64_t heads) {  // (B, T, heads D) -> (B, heads, T, D)
       return remat::permute(remat::reshape(t, {Bn, Tn, heads, D}), {0, 2, 1, 3});
     };
@@ -142,15 +145,18 @@ class Model : public remat::nn::Module<B> {
     const T a = remat::attention(q, k, v, /*causal=*/true);                       // (B, H, T, D)
     const T merged = remat::reshape(remat::permute(a, {0, 2, 1, 3}), {Bn, Tn, C});
     const T x2 = x + remat::matmul(merged, l.wo);
-    const T h2 = composed_rms_norm(x2, l.g2, c_.eps);
-    const T up = c_.fused_swiglu ? swiglu(remat::matmul(h2, l.w1), remat::matmul(h2, l.w3))
-                                 : remat::silu(remat::matmul(h2, l.w1)) * remat::matmul(h2, l.w3);
+    const T h2 = norm(x2, l.g2);
+    auto composed_swiglu = [](const T& a, const T& b) { return remat::silu(a) * b; };
+    const T gate = remat::matmul(h2, l.w1), lin = remat::matmul(h2, l.w3);
+    const T up = c_.fused_swiglu         ? swiglu(gate, lin)
+                 : c_.recompute_composed ? remat::checkpoint(composed_swiglu, gate, lin)
+                                         : composed_swiglu(gate, lin);
     return x2 + remat::matmul(up, l.w2);
   }
 
   /// The final norm, the output projection and the mean cross-entropy against targets (B, T).
   T loss(const T& x, const T& targets) const {
-    return remat::cross_entropy(remat::matmul(composed_rms_norm(x, norm_, c_.eps), out_), targets);
+    return remat::cross_entropy(remat::matmul(norm(x, norm_), out_), targets);
   }
 
   const Config& config() const { return c_; }
@@ -160,6 +166,11 @@ class Model : public remat::nn::Module<B> {
     T g1, wq, wk, wv, wo, g2, w1, w3, w2;
   };
 
+  T norm(const T& x, const T& g) const {
+    if (c_.fused_norm) return remat::rms_norm(x, g, c_.eps);
+    auto f = [eps = c_.eps](const T& a, const T& w) { return composed_rms_norm(a, w, eps); };
+    return c_.recompute_composed ? remat::checkpoint(f, x, g) : f(x, g);
+  }
   // Rotary embedding of x (B, heads, T, D), rotating the pairs (j, j + D/2) by each position's
   // angle (the Hugging Face layout).
   T rope(const T& x, std::int64_t Tn) const {

@@ -8,6 +8,9 @@
 //   - the planned run's losses and weights = the plain run's, bit for bit;
 //   - every checkpoint policy, each block a segment with it, keeps no more saved activations
 //     than the plain run (the ledger's peak of them over a step);
+//   - the layers composed from primitives, each inside checkpoint(), keep at most 1.1x the
+//     activations of the fused ops (remat::rms_norm, the SwiGLU op), with the same bits as the
+//     plain composed run;
 //   - with --compare, the plan's step time against every fixed schedule that fits the budget.
 // Exits 1 when a check fails.
 //
@@ -174,6 +177,41 @@ int main(int argc, char** argv) try {
     }
     std::printf("%-32s %16s %12s\n", "(the plain run)", format_bytes(plain_kept).c_str(),
                 format_bytes(all.peak()).c_str());
+  }
+  {  // the layers composed from primitives against the library's fused ops (RMSNorm) and the
+     // custom SwiGLU op: activations kept over a plain step, and composed layers inside
+     // checkpoint(), whose pointwise interiors backward recomputes: the same bits, fused bytes
+    auto variant = [&](bool fused, bool recompute) {
+      llama::Config v = c;
+      v.fused_norm = v.fused_swiglu = fused;
+      v.recompute_composed = recompute;
+      return [v, batch, seq, &ids, &tgt](auto& tape) {
+        return llama::program(tape, v, batch, seq, ids, tgt);
+      };
+    };
+    auto kept = [&](const auto& b) {
+      const plan::Chain ch = stage_chain<Cpu>(b, opts);
+      return estimate_stages_step<Cpu>(b, plan::keep_all(ch)).step.peak_of(Category::activations);
+    };
+    const std::int64_t fused = kept(variant(true, false)), composed = kept(variant(false, false)),
+                       recomputed = kept(variant(false, true));
+    std::printf("activations kept by a plain step: fused RMSNorm and SwiGLU %s; composed from "
+                "primitives %s (%.3fx); composed inside checkpoint() %s (%.3fx)\n",
+                format_bytes(fused).c_str(), format_bytes(composed).c_str(),
+                double(composed) / double(fused), format_bytes(recomputed).c_str(),
+                double(recomputed) / double(fused));
+    ok = ok && recomputed * 10 <= fused * 11;
+    if (plain) {
+      const auto keep = [](const auto& b) {
+        return std::make_shared<const plan::Schedule>(plan::keep_all(stage_chain<Cpu>(b, {})));
+      };
+      const auto b0 = variant(false, false), b1 = variant(false, true);
+      const Run r0 = train(b0, keep(b0), 2, true), r1 = train(b1, keep(b1), 2, true);
+      const bool same = r0.losses == r1.losses && r0.params == r1.params;
+      std::printf("composed inside checkpoint(): losses and weights after 2 steps %s the plain "
+                  "composed run's\n", same ? "equal, bit for bit," : "DIFFER from");
+      ok = ok && same;
+    }
   }
   if (compare) {  // each fixed schedule that fits the budget, timed in this process
     std::printf("%-24s %12s %12s %10s\n", "schedule", "certified", "need", "step ms");
