@@ -8,13 +8,17 @@
 // (no --data) a built-in corpus. With --tokenizer, --prompt and --sample are text. Weights in
 // and out in Hugging Face's GPT-2 safetensors layout; full training-state snapshots
 // (--snapshot-every, --resume) are written atomically. See --help.
+// --val-data FILE (--val-every N, --val-batches K): a validation loss in the progress line and
+// the JSON, the same on any rank count.
 // The trainer never loses work: every flag and output path is checked before the first step
 // (NOTE [output paths]), Ctrl-C saves before it exits (NOTE [interrupt]), a save that fails
 // at the end writes the weights elsewhere and says where, and a diverged run stops at the step
-// that diverged (NOTE [diverged run]).
+// that diverged (NOTE [diverged run]); those NOTEs are in include/remat/train/, the loop's
+// parts that work for any model.
 
-// The trainer itself, for any backend: trainer.hpp (train<B>). This file parses the flags and
-// runs it on the CPU, or on CUDA when this build has the CUDA backend (cuda.cu).
+// The trainer itself, for any backend: trainer.hpp (train<B>), with the flags' checks in
+// flags.hpp and the data and model in setup.hpp. This file declares the flags and runs the
+// trainer on the CPU, or on CUDA when this build has the CUDA backend (cuda.cu).
 
 #include <cstdio>
 #include <cstdlib>
@@ -60,11 +64,8 @@ int train_on(const Flags& f, const CLI::App& app, dist::Comm& comm) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Flags f;
-  CLI::App app{"Train a GPT-2-style model with activation checkpointing (remat)"};
+// The flags (their checks: flags.hpp), in the order --help lists them.
+void add_options(CLI::App& app, Flags& f) {
   app.add_option("--layers", f.layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d", f.d, "model width")->check(CLI::PositiveNumber);
   app.add_option("--heads", f.heads, "attention heads (default: as the --init-from file records, else d/64)")->check(CLI::NonNegativeNumber);
@@ -136,6 +137,21 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", f.temperature, "sampling temperature (0: the most likely token)");
   app.add_option("--device", f.device, "cpu, or cuda (a build with the CUDA backend: the trainer on one GPU)");
   app.add_flag("--json", f.json, "one JSON object per step instead of the progress line");
+  app.add_option("--val-data", f.val_data, "held-out tokens for a validation loss, in --data's "
+                 "formats (a text file, an llm.c .bin file); shown as val in the progress line "
+                 "and val_loss in the JSON");
+  app.add_option("--val-every", f.val_every, "compute the validation loss after every N steps "
+                 "and after the last one (default 0: after the last one only)");
+  app.add_option("--val-batches", f.val_batches, "the first N batches of --batch x --seq tokens "
+                 "of --val-data make the validation set (default 20, or as many as it holds)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"Train a GPT-2-style model with activation checkpointing (remat)"};
+  add_options(app, f);
   CLI11_PARSE(app, argc, argv);
   // Under an MPI launcher (mpirun, mpiexec, srun --mpi=pmix) with an MPI build: one rank of a
   // data-parallel run. Otherwise one process.

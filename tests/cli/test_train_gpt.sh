@@ -94,7 +94,7 @@ resumed=$(grep -o '"loss":[^,]*' "$DIR/resumed.jsonl")
 if [ -n "$full" ] && [ "$full" = "$resumed" ]; then ok "resume reproduces steps 4-6 bit for bit"; else
   bad "resume: uninterrupted [$full] resumed [$resumed]"; fi
 
-# --batch-invariant (NOTE [batch-invariant] in examples/train_gpt/main.cpp): one sequence per
+# --batch-invariant (NOTE [batch-invariant] in examples/train_gpt/trainer.hpp): one sequence per
 # micro-step, so --batch 4 trains bit for bit as --batch 1 x 4 micro-steps and as --batch 2 x 2
 # (losses and weights). The control, without dropout: plain --batch 4 differs from --batch 1 x 4
 # (the sums over sequences run inside the matrix products), so the equality is not vacuous.
@@ -214,6 +214,57 @@ read -r n1 n2 n3 <<< "$(wd_losses none)"; read -r m1 m2 m3 <<< "$(wd_losses matr
 if [ -n "$n3" ] && [ "$n1" = "$m1" ] && [ "$m1" = "$a1" ] && [ "$m3" != "$n3" ] && [ "$m3" != "$a3" ]; then
   ok "weight decay: on the matrices by default, on everything with --decay-all"; else
   bad "weight decay losses: none [$n1 $n2 $n3] matrices [$m1 $m2 $m3] all [$a1 $a2 $a3]"; fi
+
+# --val-data / --val-every / --val-batches (issue 26): the mean loss over the first K batches of
+# held-out tokens, after every N steps and the last, as val in the progress line and val_loss in
+# the JSON (NOTE [validation loss] in remat/train/evaluate.hpp).
+for i in $(seq 1 40); do echo "a held-out line, number $i, for the validation loss"; done > "$DIR/val.txt"
+# By hand: with --lr 0 the weights stay, and with the training data as the validation data,
+# batch k of the validation set is the batch of step k + 1; so the validation loss of 3 batches
+# is the mean of the first 3 steps' losses. In evaluation mode (no dropout, checkpointing a
+# plain call) it is the same with --dropout and --checkpoint block.
+byhand=(--layers 1 --d 16 --heads 2 --seq 8 --batch 2 --threads 1 --json --steps 3 --lr 0 --data "$DIR/val.txt"
+        --val-data "$DIR/val.txt" --val-batches 3)
+"$BIN" "${byhand[@]}" > "$DIR/vh.jsonl" 2>"$DIR/err" || bad "validation by hand: $(cat "$DIR/err")"
+"$BIN" "${byhand[@]}" --dropout 0.2 --checkpoint block > "$DIR/vhd.jsonl" 2>"$DIR/err" || bad "validation with dropout: $(cat "$DIR/err")"
+vals() { grep -o '"val_loss":[^,}]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
+if perl -e 'my @l = split " ", $ARGV[0]; my @v = split " ", $ARGV[1]; exit 1 unless @l == 3 && @v == 1;
+            my $m = ($l[0] + $l[1] + $l[2]) / 3; exit(abs($v[0] - $m) <= 2e-8 * $m ? 0 : 1)' \
+     "$(losses "$DIR/vh.jsonl" | tr -d '"loss:')" "$(vals "$DIR/vh.jsonl")" &&
+   [ "$(vals "$DIR/vhd.jsonl")" = "$(vals "$DIR/vh.jsonl")" ] && [ "$(losses "$DIR/vhd.jsonl")" != "$(losses "$DIR/vh.jsonl")" ]; then
+  ok "validation loss: the mean of the batches' losses, in evaluation mode"; else
+  bad "validation by hand: losses [$(losses "$DIR/vh.jsonl")] val [$(vals "$DIR/vh.jsonl")], with dropout [$(vals "$DIR/vhd.jsonl")]"; fi
+# After steps 4 and 6 of 6 (--val-every 4, and the last); the training is the run's without
+# validation (full.jsonl above), and a run resumed at step 3 evaluates as the uninterrupted one.
+vrun=("${run[@]}" --val-data "$DIR/val.txt" --val-every 4 --val-batches 3)
+"$BIN" "${vrun[@]}" --steps 6 > "$DIR/val.jsonl" 2>"$DIR/err" || bad "validation run: $(cat "$DIR/err")"
+"$BIN" "${vrun[@]}" --steps 6 --resume "$DIR/snap" > "$DIR/valr.jsonl" 2>"$DIR/err" || bad "resumed validation run: $(cat "$DIR/err")"
+at=$(grep '"val_loss"' "$DIR/val.jsonl" | grep -o '"step":[0-9]*' | tr '\n' ' ')
+v6=$(grep -o '"step":[46],"loss":[^,]*,"val_loss":[^,]*' "$DIR/val.jsonl" | tr '\n' ' ')
+if [ "$at" = '"step":4 "step":6 ' ] && [ "$(losses "$DIR/val.jsonl")" = "$(losses "$DIR/full.jsonl")" ] &&
+   [ "$(grep -o '"step":[46],"loss":[^,]*,"val_loss":[^,]*' "$DIR/valr.jsonl" | tr '\n' ' ')" = "$v6" ]; then
+  ok "--val-every 4 of 6 steps: val_loss after steps 4 and 6, training unchanged, resumed alike"; else
+  bad "--val-every: evaluated at [$at], [$v6] resumed [$(grep -o '"val_loss":[^,]*' "$DIR/valr.jsonl" | tr '\n' ' ')]"; fi
+"$BIN" "${small[@]}" --steps 3 --val-data "$DIR/val.txt" --val-every 2 > "$DIR/valp.txt" 2>"$DIR/err"
+if [ $? -eq 0 ] && grep -Eq '^step 2/3 \| loss [0-9.]+ \| val [0-9.]+ \|' "$DIR/valp.txt" &&
+   grep -Eq '^step 3/3 \| loss [0-9.]+ \| val [0-9.]+ \|' "$DIR/valp.txt" &&
+   grep -q '^validation: 20 batch(es) of 2 x 8 tokens' "$DIR/valp.txt"; then
+  ok "the progress line shows val on the steps that evaluated"; else
+  bad "progress line with validation: $(cat "$DIR/valp.txt" "$DIR/err")"; fi
+# Bad validation flags and files stop the run before its first step.
+expect_early_error "--val-every -2" "--val-every -2 is out of range" "${small[@]}" --steps 2 --json --val-data "$DIR/val.txt" --val-every -2
+expect_early_error "--val-batches 0" "--val-batches 0 is out of range" "${small[@]}" --steps 2 --json --val-data "$DIR/val.txt" --val-batches 0
+expect_early_error "--val-every without --val-data" "--val-every and --val-batches .* which --val-data FILE turns on" "${small[@]}" --steps 2 --json --val-every 2
+expect_early_error "a missing --val-data" "cannot open '$DIR/none.txt'" "${small[@]}" --steps 2 --json --val-data "$DIR/none.txt"
+expect_early_error "--val-data -" "--val-data - would read standard input" "${small[@]}" --steps 2 --json --val-data -
+expect_early_error "more --val-batches than the file holds" "--val-batches 500 is more than the [0-9]+ batch\(es\)" \
+  "${small[@]}" --steps 2 --json --val-data "$DIR/val.txt" --val-batches 500
+printf 'too short' > "$DIR/vshort.txt"
+expect_early_error "--val-data shorter than a batch" "--val-data '$DIR/vshort.txt' has 9 tokens, too few for one batch of --batch 2 x --seq 8" \
+  "${small[@]}" --steps 2 --json --val-data "$DIR/vshort.txt"
+write_bin 20240520 1 40 $(seq 1 39) 300 > "$DIR/vbig.bin"
+expect_early_error "--val-data ids beyond the vocab" "--val-data '$DIR/vbig.bin' has token id 300 but the vocabulary has 256" \
+  "${small[@]}" --steps 2 --json --val-data "$DIR/vbig.bin"
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -44,10 +44,17 @@ tiny=(--layers 2 --d 32 --heads 2 --seq 16 --batch 2)
 cpu=(--device cpu --threads 1)
 gpu=(--device cuda)
 
-# 1. The same training on both devices.
-run "cpu plain" "$DIR/cpu.jsonl" "${tiny[@]}" "${cpu[@]}" --steps 6
-run "cuda plain" "$DIR/cuda.jsonl" "${tiny[@]}" "${gpu[@]}" --steps 6
+# 1. The same training on both devices (with a validation loss after steps 3 and 6, computed
+# under NoGrad on the device: it changes no training loss, and agrees with the CPU's).
+for i in $(seq 1 12); do echo "held-out text for the validation loss, line $i"; done > "$DIR/val.txt"
+val=(--val-data "$DIR/val.txt" --val-every 3 --val-batches 2)
+run "cpu plain" "$DIR/cpu.jsonl" "${tiny[@]}" "${cpu[@]}" --steps 6 "${val[@]}"
+run "cuda plain" "$DIR/cuda.jsonl" "${tiny[@]}" "${gpu[@]}" --steps 6 "${val[@]}"
 close "AdamW: cuda losses = cpu losses" "$DIR/cpu.jsonl" "$DIR/cuda.jsonl" 1e-4
+# the lines that evaluated, with val_loss in place of loss, for close()
+grep '"val_loss"' "$DIR/cpu.jsonl" | sed 's/"loss":[^,]*,"val_loss"/"loss"/' > "$DIR/cpu_val.jsonl"
+grep '"val_loss"' "$DIR/cuda.jsonl" | sed 's/"loss":[^,]*,"val_loss"/"loss"/' > "$DIR/cuda_val.jsonl"
+close "validation loss after steps 3 and 6: cuda = cpu" "$DIR/cpu_val.jsonl" "$DIR/cuda_val.jsonl" 1e-4
 rich=(--dropout 0.1 --grad-accum 2 --grad-clip 0.5 --lr 1e-3)
 run "cpu rich" "$DIR/cpu_rich.jsonl" "${tiny[@]}" "${cpu[@]}" "${rich[@]}" --checkpoint block --steps 6
 run "cuda rich" "$DIR/cuda_rich.jsonl" "${tiny[@]}" "${gpu[@]}" "${rich[@]}" --checkpoint block --steps 6

@@ -104,6 +104,28 @@ ti=$(grep -o '"loss":[^,]*' "$DIR/i2.jsonl" | tail -n 2 | tr '\n' ' ')
   ok "--batch-invariant: the same snapshot resumes on 1 process x 2 micro-steps of --batch 4: same losses, same weights" ||
   bad "resume 2x4 -> 1x2x4 invariant: [$(losses "$DIR/ir1.jsonl")] vs [$ti]"
 
+# The validation loss (NOTE [validation loss]): each rank evaluates a contiguous share of the
+# batches and the ranks sum them in batch order, so 5 batches on 1, 2 and 3 ranks (shares 5;
+# 3+2; 2+2+1) give the same value: with --lr 0 the weights are the same whatever the split.
+for i in $(seq 1 30); do echo "held-out text for the validation loss, line $i"; done > "$DIR/val.txt"
+vflags=(--val-data "$DIR/val.txt" --val-every 1 --val-batches 5)
+for n in 1 2 3; do
+  np $n "${model[@]}" --batch 2 --steps 2 --lr 0 "${vflags[@]}" > "$DIR/v$n.jsonl" 2>"$DIR/err" || bad "validation on $n rank(s): $(cat "$DIR/err")"
+done
+v1=$(grep -o '"val_loss":[^,]*' "$DIR/v1.jsonl" | tr '\n' ' ')
+[ "$(echo "$v1" | wc -w)" = 2 ] && [ "$(grep -o '"val_loss":[^,]*' "$DIR/v2.jsonl" | tr '\n' ' ')" = "$v1" ] &&
+  [ "$(grep -o '"val_loss":[^,]*' "$DIR/v3.jsonl" | tr '\n' ' ')" = "$v1" ] &&
+  ok "validation loss of 5 batches: the same on 1, 2 and 3 ranks ($v1)" ||
+  bad "validation loss by ranks: 1 [$v1] 2 [$(grep -o '"val_loss":[^,]*' "$DIR/v2.jsonl" | tr '\n' ' ')] 3 [$(grep -o '"val_loss":[^,]*' "$DIR/v3.jsonl" | tr '\n' ' ')]"
+# ... and along a training run that is bitwise the same on 2 ranks and in 1 process.
+np 2 "${run[@]}" --steps 3 "${vflags[@]}" > "$DIR/vt2.jsonl" 2>"$DIR/err" || bad "validation, 2 ranks training: $(cat "$DIR/err")"
+"$BIN" "${run[@]}" --steps 3 "${vflags[@]}" > "$DIR/vt1.jsonl" 2>"$DIR/err" || bad "validation, 1 process training: $(cat "$DIR/err")"
+vt=$(grep -o '"val_loss":[^,]*' "$DIR/vt1.jsonl" | tr '\n' ' ')
+[ "$(echo "$vt" | wc -w)" = 3 ] && [ "$(grep -o '"val_loss":[^,]*' "$DIR/vt2.jsonl" | tr '\n' ' ')" = "$vt" ] &&
+  [ "$(losses "$DIR/vt2.jsonl")" = "$(losses "$DIR/np2.jsonl" | cut -d' ' -f1-3) " ] &&
+  ok "validation along training: 2 ranks = 1 process, and the training is the one without it" ||
+  bad "validation along training: 1 [$vt] 2 [$(grep -o '"val_loss":[^,]*' "$DIR/vt2.jsonl" | tr '\n' ' ')] losses [$(losses "$DIR/vt2.jsonl")]"
+
 # A SIGTERM to one rank (as a scheduler sends) stops every rank after the same step: rank 0
 # writes the snapshot of that step and says so once, every rank exits 143 within seconds, and
 # the snapshot resumes at the next step. The ranks are found as mpirun's children (Open MPI).

@@ -18,6 +18,7 @@ layers=(
   io          # files: safetensors, snapshots, GPT-2 weights
   data        # token streams
   text        # the tokenizer
+  train       # a training loop's parts for any model: steps, validation, progress, signals, outputs
   testing     # helpers for users' tests
   umbrella    # remat/remat.hpp, remat/cuda.hpp, remat/mpi.hpp
 )
