@@ -25,7 +25,9 @@
 // A new fused op costs four places: the op with its kernels in its family's header (ops/), its
 // CPU kernel (backend/cpu/nn.hpp), its CUDA kernel (backend/cuda/nn.cuh) and one line in the
 // op cases (tests/support/op_cases.hpp), which checks it against finite differences, the
-// estimate against the ledger, checkpointed against plain, and CUDA against the CPU.
+// estimate against the ledger, checkpointed against plain, and CUDA against the CPU. A new
+// family header adds two lines more: its kernel list in ops/kernels.hpp and its include in
+// remat/remat.hpp.
 // Kernel arguments go outputs, inputs, sizes, flags; a null output is a gradient not asked for.
 //
 // The backend primitives (memory, copies, GEMMs, elementwise maps, reductions, optimizer

@@ -82,13 +82,23 @@ class Storage {
   // NOTE [saved activations]: a recorded op that keeps this buffer for its backward calls
   // retain_saved(); the first such op turns a Temporary into an Activation, the last release
   // turns it back. Parameters and other categories keep their category when saved.
+  // A view passes both to its parent: what is saved is the parent's buffer, which the view
+  // keeps alive (NOTE [ops of several outputs] in core/custom_op.hpp).
   void retain_saved() noexcept {
+    if (parent_) {
+      parent_->retain_saved();
+      return;
+    }
     if (saved_refs_++ == 0 && category_ == Category::temporaries) {
       set_category(Category::activations);
       promoted_ = true;
     }
   }
   void release_saved() noexcept {
+    if (parent_) {
+      parent_->release_saved();
+      return;
+    }
     if (--saved_refs_ == 0 && promoted_) {
       set_category(Category::temporaries);
       promoted_ = false;
