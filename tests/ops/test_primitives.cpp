@@ -198,6 +198,31 @@ TEST_CASE("the primitives' errors say what, where and what was expected", "[ops]
   require_error([&] { (void)exp(T()); }, {"remat::unary", "undefined"});
 }
 
+TEST_CASE("a column (a reduction kept with keepdim) broadcasts along its rows as it is",
+          "[ops][primitives]") {
+  // NOTE [broadcasting]: x * c with c (2, 9, 1) against x (2, 9, 16) makes y and nothing else
+  // (no expansion of c to x's shape), and the product keeps x and c, not an expanded c.
+  Tape<Cpu> tape(3);
+  const T x = tape.randn({2, 9, 16}, 1.0f, 1, true);
+  const T c = tape.randn({2, 9, 1}, 1.0f, 2, true);
+  const std::int64_t live0 = memory_stats<Cpu>().live_total;
+  reset_peak_memory<Cpu>();
+  const T y = x * c;
+  CHECK(memory_stats<Cpu>().peak_total - live0 == 4 * 2 * 9 * 16);
+  CHECK(tape.saved_bytes() == 4 * (2 * 9 * 16 + 2 * 9));
+  const T z = c / x - c;  // the column first, and sub's gradient sign
+  const std::vector<float> xv = x.to_vector(), cv = c.to_vector(), yv = y.to_vector(),
+                           zv = z.to_vector();
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    CHECK(yv[i] == xv[i] * cv[i / 16]);
+    CHECK(zv[i] == cv[i / 16] / xv[i] - cv[i / 16]);
+  }
+  // a 1 inside the shape is not a column: expanded, the same values
+  const T w = tape.randn({2, 1, 16}, 1.0f, 4, true);
+  const std::vector<float> xw = (x * w).to_vector(), wv = w.to_vector();
+  for (std::size_t i = 0; i < xv.size(); ++i) CHECK(xw[i] == xv[i] * wv[(i / (9 * 16)) * 16 + i % 16]);
+}
+
 TEST_CASE("a block composed of primitives: checkpointed = plain bit for bit, estimated to the "
           "byte", "[ops][primitives][checkpoint]") {
   // RMSNorm and SwiGLU from primitives, as a user writes a Llama layer before any fused op.

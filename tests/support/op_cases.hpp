@@ -67,6 +67,12 @@ const std::vector<OpCase<B>>& op_cases() {
       {"sub", {{{3, 7}}, {{3, 7}}}, [](const V& x) { return x[0] - x[1]; }},
       {"mul_row", {{{4, 5, 6}}, {{5, 6}}}, [](const V& x) { return x[0] * x[1]; }},
       {"div", {{{3, 7}}, {{3, 7}, 0.3f, 2.0f}}, [](const V& x) { return x[0] / x[1]; }},
+      // a column, one value a row (NOTE [broadcasting]), either side; 300 wide: a block's
+      // threads take several elements of a row on CUDA
+      {"mul_column", {{{4, 5, 300}}, {{4, 5, 1}}}, [](const V& x) { return x[0] * x[1]; }},
+      {"column_div_sub", {{{6, 1}, 1.0f, 2.0f}, {{6, 9}, 0.3f, 2.0f}},
+       [](const V& x) { return x[0] / x[1] - x[0] + (x[1] - x[0]); }},
+      {"column_maximum", {{{2, 3, 1}}, {{2, 3, 8}}}, [](const V& x) { return maximum(x[0], x[1]) + minimum(x[1], x[0]); }, Fd::kinked},
       {"affine", {{{50}}}, [](const V& x) { return 1.0f - x[0] * 2.5f; }},
       {"matmul", {{{33, 17}}, {{17, 9}}}, [](const V& x) { return matmul(x[0], x[1]); }},
       {"matmul_tt", {{{17, 33}}, {{9, 17}}}, [](const V& x) { return matmul(x[0], x[1], true, true); }},

@@ -1,14 +1,15 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // Elementwise binary ops: add, sub, mul, div, maximum, minimum of two tensors (NumPy's
-// broadcasting, in either operand order: a bias (C) against (B, T, C)), scalar forms,
-// operators, and comparison masks (gt, ge, lt, le, eq, ne: 1 or 0, no gradient).
+// broadcasting, in either operand order: a bias (C) or a column (B, T, 1) against (B, T, C)),
+// scalar forms, operators, and comparison masks (gt, ge, lt, le, eq, ne: 1 or 0, no gradient).
 
 #include <algorithm>
 #include <array>
 
 #include "remat/core/apply.hpp"
 #include "remat/core/grad_mode.hpp"
+#include "remat/core/kernel.hpp"
 #include "remat/core/math.hpp"
 #include "remat/ops/matmul.hpp"
 #include "remat/ops/view.hpp"
@@ -21,15 +22,21 @@ namespace detail {
 // shorter is padded with leading 1s); each pair of dimensions must be equal or contain a 1, and
 // the result takes the other one. add([1, 2, 3], [2, 3]) and add([2, 3], [1, 2, 3]) are both
 // [1, 2, 3]; [2, 1] against [1, 3] is [2, 3].
-// The kernels see two forms: equal element counts, or one operand repeated over the leading
+// The kernels see three forms: equal element counts; one operand repeated over the leading
 // dimensions of the result (y (outer, inner) = a op b with b (inner): a bias [C] against
-// [B, T, C], or a one-element tensor). An operand that fits neither (a 1 inside the shape, as
-// [2, 1] against [2, 3]) is first expanded to the result's shape by composite ops (a product
-// with a row of ones per expanded axis), so its gradient is summed back by their backward.
+// [B, T, C], or a one-element tensor); or one operand a column, one value a row of the result
+// (b [B, T, 1] against [B, T, C]: what a reduction with keepdim gives, as in x * rstd or
+// x - mean; BinaryOp::ColumnForward). An operand that fits none (a 1 elsewhere in the shape, as
+// [2, 1, 3] against [2, 4, 3]) is first expanded to the result's shape by composite ops (a
+// product with a row of ones per expanded axis), so its gradient is summed back by their
+// backward, and that expansion is a tensor of the result's size that a product keeps.
 struct Broadcast {
   Shape out;
   std::int64_t outer = 1, inner = 1;
-  bool a_bcast = false, b_bcast = false;
+  bool a_bcast = false, b_bcast = false;  // (inner), repeated over the rows
+  bool a_col = false, b_col = false;      // (outer), repeated along each row
+  bool a_full() const { return !a_bcast && !a_col; }
+  bool b_full() const { return !b_bcast && !b_col; }
 };
 inline Shape strip_leading_ones(const Shape& s) {
   int i = 0;
@@ -49,10 +56,23 @@ inline Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
   }
   return out;
 }
-/// True when x can enter the kernels as it is against the result `out`: all of it, one element,
-/// or a block that repeats over out's leading dimensions.
-inline bool fits_kernel(const Shape& x, const Shape& out) {
+/// True when x is a block that repeats over the leading dimensions of the result `out` (or
+/// all of it, or one element).
+inline bool fits_rows(const Shape& x, const Shape& out) {
   return x.numel() == out.numel() || x.numel() == 1 || out.ends_with(strip_leading_ones(x));
+}
+/// True when x is one value a row of `out`: x's shape is out's with the last dimension 1 (leading
+/// 1s aside), and the rows are longer than one.
+inline bool fits_column(const Shape& x, const Shape& out) {
+  const int r = out.rank();
+  if (r == 0 || x.rank() == 0 || x[-1] != 1 || out[-1] == 1 || x.rank() > r) return false;
+  for (int i = 2; i <= r; ++i)
+    if ((i <= x.rank() ? x[-i] : 1) != out[-i]) return false;
+  return true;
+}
+/// True when x can enter the kernels as it is against the result `out`.
+inline bool fits_kernel(const Shape& x, const Shape& out) {
+  return fits_rows(x, out) || fits_column(x, out);
 }
 /// The kernel form of a op b; both operands must fit it (fits_kernel).
 inline Broadcast broadcast(const char* op, const Shape& a, const Shape& b) {
@@ -63,10 +83,16 @@ inline Broadcast broadcast(const char* op, const Shape& a, const Shape& b) {
     r.outer = r.inner = 0;
     return r;
   }
-  r.a_bcast = a.numel() != n;
-  r.b_bcast = b.numel() != n;
-  REMAT_ASSERT(!(r.a_bcast && r.b_bcast) && fits_kernel(a, r.out) && fits_kernel(b, r.out));
-  r.inner = r.a_bcast ? a.numel() : r.b_bcast ? b.numel() : n;
+  REMAT_ASSERT((a.numel() == n || b.numel() == n) && fits_kernel(a, r.out) && fits_kernel(b, r.out));
+  if (a.numel() != n && !fits_rows(a, r.out)) r.a_col = true;
+  else r.a_bcast = a.numel() != n;
+  if (b.numel() != n && !fits_rows(b, r.out)) r.b_col = true;
+  else r.b_bcast = b.numel() != n;
+  if (r.a_col || r.b_col) {
+    r.inner = r.out[-1];
+  } else {
+    r.inner = r.a_bcast ? a.numel() : r.b_bcast ? b.numel() : n;
+  }
   r.outer = n / r.inner;
   return r;
 }
@@ -138,8 +164,12 @@ struct BinaryOp {
     s.bc = detail::broadcast(op, a.shape(), b.shape());
     const auto& bc = s.bc;
     auto y = detail::make_tensor<B>(&a.tape(), bc.out);
-    B::binary_forward(kind, y.template data<float>(), a.template data<float>(),
-                      b.template data<float>(), bc.outer, bc.inner, bc.a_bcast, bc.b_bcast);
+    if (bc.a_col || bc.b_col)
+      run_kernel<B>(ColumnForward{kind, y.template data<float>(), a.template data<float>(),
+                                  b.template data<float>(), bc.outer, bc.inner, bc.a_col});
+    else
+      B::binary_forward(kind, y.template data<float>(), a.template data<float>(),
+                        b.template data<float>(), bc.outer, bc.inner, bc.a_bcast, bc.b_bcast);
     keep_operands(s, a, b);
     return y;
   }
@@ -175,8 +205,8 @@ struct BinaryOp {
   template <class B>
   static int pass_through(const Saved<B>& s) {
     if (s.kind == math::BinaryKind::add || s.kind == math::BinaryKind::sub) {
-      if (!s.bc.a_bcast) return 0;
-      if (s.kind == math::BinaryKind::add && !s.bc.b_bcast) return 1;
+      if (s.bc.a_full()) return 0;
+      if (s.kind == math::BinaryKind::add && s.bc.b_full()) return 1;
     }
     return -1;
   }
@@ -192,10 +222,45 @@ struct BinaryOp {
     };
     float* da = out(0);
     float* db = out(1);
-    B::binary_backward(s.kind, da, db, g, a, b, s.bc.outer, s.bc.inner, s.bc.a_bcast,
-                       s.bc.b_bcast, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1));
+    if (s.bc.a_col || s.bc.b_col)
+      run_kernel<B>(ColumnBackward{s.kind, da, db, g, a, b, s.bc.outer, s.bc.inner, s.bc.a_col,
+                                   detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1)});
+    else
+      B::binary_backward(s.kind, da, db, g, a, b, s.bc.outer, s.bc.inner, s.bc.a_bcast,
+                         s.bc.b_bcast, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1));
   }
+
+  // The column form (NOTE [broadcasting]): y (rows, C) = a op b where a (a_col) or else b is a
+  // column (rows), one value a row.
+  struct ColumnForward {
+    static constexpr const char* name = "binary_column_forward";
+    math::BinaryKind kind;
+    float* y;
+    const float *a, *b;
+    std::int64_t rows, C;
+    bool a_col;
+    void work(Work& w) const {
+      w.add(WorkKind::pointwise, 1.0 * rows * C, 4.0 * (2.0 * rows * C + rows));
+    }
+  };
+  // da, db += dy * d(a op b)/da, d/db, each null when not asked for; the column's gradient is
+  // its row's sum, added in order along the row (deterministic, no scratch). set_a / set_b: that
+  // buffer holds no values yet and is written, not added into.
+  struct ColumnBackward {
+    static constexpr const char* name = "binary_column_backward";
+    math::BinaryKind kind;
+    float *da, *db;
+    const float *dy, *a, *b;
+    std::int64_t rows, C;
+    bool a_col, set_a, set_b;
+    void work(Work& w) const {
+      w.add(WorkKind::pointwise, 3.0 * rows * C, 4.0 * (4.0 * rows * C + 2.0 * rows));
+    }
+  };
 };
+
+/// The kernels of the elementwise family (NOTE [op kernels] in core/kernel.hpp).
+using BinaryKernels = KernelList<BinaryOp::ColumnForward, BinaryOp::ColumnBackward>;
 
 // y = scale x + shift.  dy/dx = scale.
 struct AffineOp {

@@ -5,10 +5,11 @@
 // backend/backend.hpp. A family header of its own adds its list here.
 
 #include "remat/core/kernel.hpp"
+#include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
 
 namespace remat {
 
-using OpKernels = JoinKernels<NormKernels>;
+using OpKernels = JoinKernels<BinaryKernels, NormKernels>;
 
 }  // namespace remat

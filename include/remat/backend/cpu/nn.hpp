@@ -20,6 +20,7 @@
 #include "remat/core/math.hpp"
 
 #include "remat/core/memory.hpp"
+#include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
 
 namespace remat {
@@ -58,6 +59,60 @@ enum class AttentionPath {
 struct CpuNn {
   using Arr = Eigen::Map<Eigen::ArrayXf>;
   using CArr = Eigen::Map<const Eigen::ArrayXf>;
+
+  // y (rows, C) = a op b with a (a_col) or b a column (rows): one value a row
+  static void run(const BinaryOp::ColumnForward& k) {
+    const std::int64_t C = k.C;
+    parallel_for(k.rows, 16384 / (C + 1) + 1, [&](std::int64_t rb, std::int64_t re) {
+      for (std::int64_t r = rb; r < re; ++r) {
+        const float c = k.a_col ? k.a[r] : k.b[r];
+        CArr F((k.a_col ? k.b : k.a) + r * C, C);  // the full operand's row
+        Arr Y(k.y + r * C, C);
+        switch (k.kind) {
+          case math::BinaryKind::add: Y = F + c; break;
+          case math::BinaryKind::mul: Y = F * c; break;
+          case math::BinaryKind::sub: Y = k.a_col ? (c - F).eval() : (F - c).eval(); break;
+          case math::BinaryKind::div: Y = k.a_col ? (c / F).eval() : (F / c).eval(); break;
+          default:
+            for (std::int64_t j = 0; j < C; ++j)
+              Y[j] = k.a_col ? math::binary(k.kind, c, F[j]) : math::binary(k.kind, F[j], c);
+        }
+      }
+    });
+  }
+  // da, db (+)= dy d(a op b)/da, /db; the column's entry of a row is the sum along that row,
+  // in order (the shared scalar formulas of core/math.hpp).
+  static void run(const BinaryOp::ColumnBackward& k) {
+    const std::int64_t C = k.C;
+    parallel_for(k.rows, 16384 / (C + 1) + 1, [&](std::int64_t rb, std::int64_t re) {
+      for (std::int64_t r = rb; r < re; ++r) {
+        const float* g = k.dy + r * C;
+        const float* ar = k.a_col ? k.a + r : k.a + r * C;
+        const float* br = k.a_col ? k.b + r * C : k.b + r;
+        auto av = [&](std::int64_t j) { return k.a_col ? ar[0] : ar[j]; };
+        auto bv = [&](std::int64_t j) { return k.a_col ? br[j] : br[0]; };
+        auto one = [&](float* d, bool col, bool set, bool wrt_a) {
+          if (!d) return;
+          if (col) {
+            float sum = 0.0f;
+            for (std::int64_t j = 0; j < C; ++j)
+              sum += g[j] * (wrt_a ? math::binary_grad_a(k.kind, av(j), bv(j))
+                                   : math::binary_grad_b(k.kind, av(j), bv(j)));
+            d[r] = set ? sum : d[r] + sum;
+            return;
+          }
+          float* dr = d + r * C;
+          for (std::int64_t j = 0; j < C; ++j) {
+            const float v = g[j] * (wrt_a ? math::binary_grad_a(k.kind, av(j), bv(j))
+                                          : math::binary_grad_b(k.kind, av(j), bv(j)));
+            dr[j] = set ? v : dr[j] + v;
+          }
+        };
+        one(k.da, k.a_col, k.set_a, true);
+        one(k.db, !k.a_col, k.set_b, false);
+      }
+    });
+  }
 
   // y (rows, C) = (x - mean) rstd w + b; saves mean (rows), rstd (rows)
   static void run(const LayerNormOp::Forward& k) {

@@ -22,6 +22,7 @@
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/shape.hpp"
 #include "remat/core/math.hpp"
+#include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
 
 namespace remat {
@@ -146,6 +147,43 @@ __global__ void layer_norm_backward_kernel(float* dx, float* dw, float* db, floa
   if (threadIdx.x == 0) last = atomicInc(&layer_norm_tickets, gridDim.x - 1) == gridDim.x - 1;
   __syncthreads();
   if (last) layer_norm_finish<>(dw, db, part_w, part_b, C, set_dw, set_db);
+}
+// y (rows, C) = a op b, a (a_col) or b a column (rows): one value a row
+template <int = 0>
+__global__ void binary_column_forward_kernel(math::BinaryKind k, float* y, const float* a,
+                                             const float* b, std::int64_t rows, std::int64_t C,
+                                             bool a_col) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+       i < rows * C; i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / C;
+    y[i] = a_col ? math::binary(k, a[r], b[i]) : math::binary(k, a[i], b[r]);
+  }
+}
+// A block a row: the full operand's gradient element by element, the column's as the row's sum
+// (one block_reduce: the same order on every run).
+template <int = 0>
+__global__ void binary_column_backward_kernel(math::BinaryKind k, float* da, float* db,
+                                              const float* dy, const float* a, const float* b,
+                                              std::int64_t C, bool a_col, bool set_a, bool set_b) {
+  __shared__ float sh[32];
+  const std::int64_t r = blockIdx.x;
+  float* dfull = a_col ? db : da;
+  float* dcol = a_col ? da : db;
+  const bool set_full = a_col ? set_b : set_a, set_col = a_col ? set_a : set_b;
+  float sum = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+    const std::int64_t i = r * C + j;
+    const float av = a_col ? a[r] : a[i], bv = a_col ? b[i] : b[r], g = dy[i];
+    const float ga = g * math::binary_grad_a(k, av, bv), gb = g * math::binary_grad_b(k, av, bv);
+    if (dfull) {
+      const float v = a_col ? gb : ga;
+      dfull[i] = set_full ? v : dfull[i] + v;
+    }
+    sum += a_col ? ga : gb;
+  }
+  if (!dcol) return;  // the same for every thread of the block
+  sum = block_reduce<false>(sum, sh);
+  if (threadIdx.x == 0) dcol[r] = set_col ? sum : dcol[r] + sum;
 }
 // y[0:valid] = softmax(scale x[0:valid]), y[valid:C] = 0; valid = row % T + 1 when causal
 template <int = 0>
@@ -343,6 +381,16 @@ __global__ void permute_kernel(float* y, const float* x, std::int64_t n, Permute
 struct CudaNn {
   static cudaStream_t s() { return Context::get().stream(); }
 
+  static void run(const BinaryOp::ColumnForward& k) {
+    if (k.rows * k.C == 0) return;
+    REMAT_CUDA_LAUNCH(binary_column_forward_kernel<>, grid_for(k.rows * k.C), 256, 0, s(), k.kind,
+                      k.y, k.a, k.b, k.rows, k.C, k.a_col);
+  }
+  static void run(const BinaryOp::ColumnBackward& k) {
+    if (k.rows == 0 || (!k.da && !k.db)) return;
+    REMAT_CUDA_LAUNCH(binary_column_backward_kernel<>, static_cast<unsigned>(k.rows), kRowThreads,
+                      0, s(), k.kind, k.da, k.db, k.dy, k.a, k.b, k.C, k.a_col, k.set_a, k.set_b);
+  }
   static void run(const LayerNormOp::Forward& k) {
     if (k.rows == 0) return;
     REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<true>, static_cast<unsigned>(k.rows), kRowThreads,
