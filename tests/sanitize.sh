@@ -33,7 +33,8 @@ export REMAT_CPU_CACHE=0
 # same code runs sanitized in the unit tests, the CLI tests and the fuzz replays); the CUDA emulation, not even built (REMAT_CUDA_EMULATION=OFF above:
 # its tests switch stacks with ucontext fibers, which ASan does not follow; false stack errors).
 ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE 'consumer|emulation|reference'
-for ex in "01_scalar_grad" "02_tiny_gpt 3 1" "03_checkpoint_gpt 3 1 2 $build/checkpoint_gpt.svg"; do
+for ex in "01_scalar_grad" "02_tiny_gpt 3 1" "03_checkpoint_gpt 3 1 2 $build/checkpoint_gpt.svg" \
+          "04_own_model --dim 32 --layers 2 --seq 16 --batch 2 --steps 2"; do
   echo "smoke run: $ex"
   # shellcheck disable=SC2086
   "$build"/examples/$ex > "$build/smoke.log" 2>&1 || { cat "$build/smoke.log"; exit 1; }
