@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The library's layers, bottom to top: a header may include headers of its own layer or of
 # layers below it, never above (issue 26). This list is the one place the order is written.
+# Also: no header names an application's command-line flag.
 # Usage: check_layers.sh [INCLUDE_DIR]   (default: the repository's include/)
 set -euo pipefail
 root=${1:-"$(dirname "$0")/../../include"}
@@ -57,6 +58,14 @@ while IFS= read -r file; do
 done < <(find remat -type f \( -name '*.hpp' -o -name '*.cuh' -o -name '*.h' \) | sort)
 if ((bad)); then
   echo "layering: FAILED (a header may include its own layer or those below: ${layers[*]})"
+  exit 1
+fi
+# The library is generic: no header names an application's command-line flag ("--batch") in
+# its comments or messages; the application that has the flag says how it maps.
+flags=$(grep -rnE "(//|\").*[ (\`\"']--[a-z][a-z0-9-]+" remat || true)
+if [[ -n $flags ]]; then
+  echo "layering: a library header names a command-line flag (an application's, not the library's):"
+  echo "$flags"
   exit 1
 fi
 echo "layering: ok, $edges includes between remat headers follow: ${layers[*]}"

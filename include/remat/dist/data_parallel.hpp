@@ -38,8 +38,8 @@
 //    masks (stream_seed()). A gradient already in a parameter when micro-step 0 starts counts as
 //    an earlier micro-step (zero_grad() first for a fresh sum). A different micro-batch size
 //    changes the sums inside the matrix products: close, not bitwise; for bits independent of
-//    it too, run one sequence per micro-step (train_gpt --batch-invariant: NOTE
-//    [batch-invariant] in examples/train_gpt/main.cpp).
+//    it too, run one sequence per micro-step (an application's choice: NOTE
+//    [batch-invariant] in examples/train_gpt/trainer.hpp).
 // 7. An exception inside a data-parallel step leaves the other ranks waiting in a collective:
 //    end the job (Comm::abort(); MpiComm's destructor does it when an exception unwinds).
 // 8. ZeRO-1 (DataParallelOptions::shard_optimizer; remat/dist/sharded_adamw.hpp): each bucket is

@@ -28,7 +28,8 @@ namespace cpu {
 // does not count (64 MiB and 3% of the room: allocator slack, OpenBLAS's buffers, the tape's
 // nodes, code), becomes the CPU ledger's memory limit, as if set_memory_limit<Cpu> had been
 // called. So an allocation past it throws remat::OutOfMemory naming the limit, before the
-// kernel would kill the process, and the trainer re-plans for it like for --memory-limit.
+// kernel would kill the process, and a training loop can re-plan for it as for a limit it
+// set itself.
 // set_memory_limit<Cpu>(n) replaces it (0 removes it); REMAT_SYSTEM_MEMORY_LIMIT=0 in the
 // environment turns the reading off.
 struct SystemMemory {
