@@ -15,8 +15,9 @@
 
 namespace llama {
 
-/// y = silu(a) * b: a custom op, so the MLP saves a and b (two tensors) rather than the five
-/// the composed silu(a) * b would (a, sigmoid's input and output, silu(a), b).
+/// y = silu(a) * b as a custom op (how to write one: NOTE [writing an op]): it saves a and b.
+/// The composed silu(a) * b saves the same two: silu(a) is kept as its recipe (NOTE [saved as
+/// a recipe]) and remade in backward, where this op computes sigmoid(a) once.
 struct SwiGLUOp {
   static constexpr const char* name = "swiglu";
   template <class B>

@@ -223,6 +223,36 @@ TEST_CASE("a column (a reduction kept with keepdim) broadcasts along its rows as
   for (std::size_t i = 0; i < xv.size(); ++i) CHECK(xw[i] == xv[i] * wv[(i / (9 * 16)) * 16 + i % 16]);
 }
 
+TEST_CASE("a pointwise output that an op saves is kept as its recipe", "[ops][primitives]") {
+  // NOTE [saved as a recipe]: the composed RMSNorm's x * rstd and SwiGLU's silu(a) are not kept
+  // for backward (their ops' states keep x, rstd and a already); backward remakes them.
+  const std::int64_t R = 18, C = 16, F = 24;
+  Tape<Cpu> tape(3);
+  const T x = tape.randn({2, 9, C}, 1.0f, 1, true), g = tape.randn({C}, 1.0f, 2, true);
+  const T a = tape.randn({R, F}, 1.0f, 3, true), b = tape.randn({R, F}, 1.0f, 4, true);
+  auto norm = [](const V& v) { return v[0] * rsqrt(mean(square(v[0]), -1, true) + 1e-5f) * v[1]; };
+  auto swiglu = [](const V& v) { return silu(v[0]) * v[1]; };
+  const std::int64_t live0 = memory_stats<Cpu>().live_total;
+  {
+    // alive: y, and the (B, T, 1) mean + eps that rsqrt keeps (rstd itself is kept as its
+    // recipe too, by x * rstd's state: recipes of recipes keep their roots)
+    const T y = norm({x, g});
+    CHECK(memory_stats<Cpu>().live_total - live0 == 4 * (R * C + R));
+    const T z = swiglu({a, b});  // alive: z alone (a and b are the inputs)
+    CHECK(memory_stats<Cpu>().live_total - live0 == 4 * (R * C + R + R * F));
+    CHECK_FALSE(y.impl()->recipe.expired());  // owned by the node, which is alive
+    tape.backward(sum(y) + sum(z));
+    CHECK(y.impl()->recipe.expired());  // the node is gone, and the recipe with it
+  }
+  {  // nothing recorded, no recipe
+    NoGrad off;
+    CHECK(silu(a).impl()->recipe.expired());
+  }
+  // the gradients, through remade operands, against finite differences
+  gradcheck(tape, norm, {x, g});
+  gradcheck(tape, swiglu, {a, b});
+}
+
 TEST_CASE("a block composed of primitives: checkpointed = plain bit for bit, estimated to the "
           "byte", "[ops][primitives][checkpoint]") {
   // RMSNorm and SwiGLU from primitives, as a user writes a Llama layer before any fused op.

@@ -447,6 +447,7 @@ auto checkpoint(const CheckpointOptions& opt, Fn&& fn, const Tensor<B>& first,
     return Out(std::apply(body->fn, args));
   }();
   frame.producer.clear();
+  frame.drop_recipes();  // NOTE [saved as a recipe]: a first run's recipes end with it
   // Keep only what the plain run keeps, and plan what the replay computes (NOTE [replay only
   // what backward needs] in core/segment.hpp).
   detail::plan_replay(body->trace, body->kept, body->kept_state, body->opt.verify_values());

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "remat/core/grad_mode.hpp"
+#include "remat/core/recipe.hpp"
 #include "remat/core/tape.hpp"
 
 namespace remat {
@@ -92,6 +93,34 @@ struct has_slim : std::false_type {};
 template <class Op, class B>
 struct has_slim<Op, B, std::void_t<decltype(Op::slim(std::declval<typename Op::template Saved<B>&>()))>>
     : std::true_type {};
+
+// Does Op give its outputs recipes (static std::shared_ptr<const Recipe<B>> recipe(const
+// Saved&, const Tensor<B>& out), and a `made` member in Saved to own it)?
+template <class Op, class B, class = void>
+struct has_recipe : std::false_type {};
+template <class Op, class B>
+struct has_recipe<Op, B, std::void_t<decltype(Op::recipe(
+    std::declval<const typename Op::template Saved<B>&>(), std::declval<const Tensor<B>&>()))>>
+    : std::true_type {};
+/// Gives out its recipe (NOTE [saved as a recipe], core/recipe.hpp): owned by the state (a
+/// recorded run) or by out itself (a first run: `first_run`, which drops it when it ends).
+template <class Op, class B>
+void attach_recipe(typename Op::template Saved<B>& saved, const Tensor<B>& out,
+                   SegmentFrame<B>* first_run) {
+  if constexpr (has_recipe<Op, B>::value) {
+    std::shared_ptr<const Recipe<B>> r = Op::recipe(saved, out);
+    if (!r) return;
+    out.impl()->recipe = r;
+    if (first_run) {
+      out.impl()->recipe_owned = r;
+      first_run->recipe_outputs.push_back(out.impl_ptr());
+    } else {
+      saved.made = std::move(r);
+    }
+  } else {
+    (void)saved, (void)out, (void)first_run;
+  }
+}
 
 template <class Op, class B>
 struct OpBody final : NodeBody<B> {
@@ -264,6 +293,7 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
   typename Op::template Saved<B> saved{};
   Tensor<B> out;
   bool from_cache = false;
+  bool reused = false;  // the output kept from the first run: no recipe (NOTE [saved as a recipe])
   using Saved = typename Op::template Saved<B>;
   if (top.mode == FrameMode::replay) {
     const TraceEntry* entry = index < static_cast<std::int64_t>(top.trace->size())
@@ -288,6 +318,7 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
     };
     auto it = same || !entry || !entry->signed_fully ? top.kept->find(index) : top.kept->end();
     if (it != top.kept->end()) {
+      reused = true;
       if (keepable) {
         out = it->second;
         save(saved, out);
@@ -326,6 +357,8 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
   for (auto* f : frames) f->note(Op::name, out, hash, keepable);
   const bool needs = any_needs_grad<B>(in);
   out.impl()->segment_grad = needs;
+  if (needs && !reused)
+    attach_recipe<Op>(saved, out, top.mode == FrameMode::first_run ? &top : nullptr);
   // Every segment in its first run (an outer one sees through nested plain calls) learns
   // whether a gradient flows and what the interior would have saved.
   for (auto* f : frames) {
@@ -427,7 +460,10 @@ Tensor<B> apply(const std::array<Tensor<B>, N>& in, const A&... attrs) {
   }
   typename Op::template Saved<B> saved{};
   Tensor<B> out = call_forward<Op>(saved, in, Seq{}, attrs...);
-  if (grad_enabled() && any_requires_grad<B>(in)) record_op<Op>(tape, in, out, std::move(saved));
+  if (grad_enabled() && any_requires_grad<B>(in)) {
+    attach_recipe<Op, B>(saved, out, nullptr);
+    record_op<Op>(tape, in, out, std::move(saved));
+  }
   return out;
 }
 

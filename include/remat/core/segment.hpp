@@ -198,6 +198,14 @@ struct SegmentFrame {
   // an op reads them, so a lookup always finds the op that made the buffer read).
   std::unordered_map<const void*, std::int32_t> producer;
   std::string mismatch;                      // replay: the first op that differs, described
+  // First run: outputs that own their recipes (NOTE [saved as a recipe]); drop_recipes() lets
+  // go of those still alive when the first run ends, so no interior tensor outlives it.
+  std::vector<std::weak_ptr<TensorImpl<B>>> recipe_outputs;
+  void drop_recipes() {
+    for (const auto& w : recipe_outputs)
+      if (auto impl = w.lock()) impl->recipe_owned.reset();
+    recipe_outputs.clear();
+  }
   // First run (NOTE [captured tensors] in checkpoint/checkpoint.hpp): the segment's inputs; the
   // recorded tensors made outside that the function read without taking them as inputs, in the
   // order of first use; and everything read from outside, with its version.

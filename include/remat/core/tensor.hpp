@@ -20,6 +20,8 @@ namespace remat {
 
 template <class B>
 class Tape;
+template <class B>
+struct Recipe;
 
 /// Index of a recorded tensor's gradient slot on its tape; -1 for leaves.
 using TensorId = std::int64_t;
@@ -53,6 +55,10 @@ struct TensorImpl {
   // range checks (embedding ids, cross-entropy targets) read nothing back from a device (NOTE
   // [host round trips], cuda.hpp). known_lo > known_hi: not known (B::minmax_i32 reads them).
   std::int32_t known_lo = 1, known_hi = 0;
+  // A pointwise op's output: how to remake it from what its op's state keeps (NOTE [saved as
+  // a recipe], core/recipe.hpp). Owned by the op's node, or by the tensor in a first run.
+  std::weak_ptr<const Recipe<B>> recipe;
+  std::shared_ptr<const Recipe<B>> recipe_owned;
 };
 
 template <class B>

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 
 #include "remat/core/apply.hpp"
 #include "remat/core/grad_mode.hpp"
 #include "remat/core/kernel.hpp"
 #include "remat/core/math.hpp"
+#include "remat/core/recipe.hpp"
 #include "remat/ops/matmul.hpp"
 #include "remat/ops/view.hpp"
 
@@ -152,8 +154,11 @@ struct BinaryOp {
   struct Saved {
     math::BinaryKind kind{};
     detail::Broadcast bc;
-    Tensor<B> a, b;  // only what the gradients need: mul/div keep the other operand
-    template <class F> void each(F f) const { f(a); f(b); }
+    // only what the gradients need: mul/div keep the other operand (or its recipe: NOTE
+    // [saved as a recipe])
+    SavedOperand<B> a, b;
+    std::shared_ptr<const Recipe<B>> made;  // the output's recipe, owned here when recorded
+    template <class F> void each(F f) const { a.each(f); b.each(f); }
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& b,
@@ -189,17 +194,36 @@ struct BinaryOp {
     const bool ga = a.requires_grad() || a.impl()->segment_grad;
     const bool gb = b.requires_grad() || b.impl()->segment_grad;
     if (kind == math::BinaryKind::mul) {
-      if (gb) s.a = a;
-      if (ga) s.b = b;
+      if (gb) s.a.keep(a);
+      if (ga) s.b.keep(b);
     } else if (kind == math::BinaryKind::div) {
-      if (gb) s.a = a;
-      s.b = b;
+      if (gb) s.a.keep(a);
+      s.b.keep(b);
     } else if (kind == math::BinaryKind::maximum || kind == math::BinaryKind::minimum) {
       if (ga || gb) {
-        s.a = a;
-        s.b = b;
+        s.a.keep(a);
+        s.b.keep(b);
       }
     }
+  }
+  // The output remade from the state, when the state keeps both operands (NOTE [saved as a
+  // recipe]): y = a op b again, the same kernel.
+  template <class B>
+  static std::shared_ptr<const Recipe<B>> recipe(const Saved<B>& s, const Tensor<B>& out) {
+    if (!s.a.defined() || !s.b.defined()) return nullptr;
+    auto r = std::make_shared<Recipe<B>>();
+    r->operands = {s.a, s.b};
+    r->shape = out.shape();
+    r->tape = &out.tape();
+    r->run = [kind = s.kind, bc = s.bc](const std::vector<Tensor<B>>& in, const Tensor<B>& y) {
+      const float *a = in[0].template data<float>(), *b = in[1].template data<float>();
+      if (bc.a_col || bc.b_col)
+        run_kernel<B>(ColumnForward{kind, y.template data<float>(), a, b, bc.outer, bc.inner, bc.a_col});
+      else
+        B::binary_forward(kind, y.template data<float>(), a, b, bc.outer, bc.inner, bc.a_bcast,
+                          bc.b_bcast);
+    };
+    return r;
   }
   // a + b, a - b: da = dy, so a's buffer may be dy itself (not broadcast); a + b's b likewise
   template <class B>
@@ -214,8 +238,9 @@ struct BinaryOp {
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
     const float* g = dout.template data<float>();
-    const float* a = s.a.defined() ? s.a.template data<float>() : g;  // g: never read
-    const float* b = s.b.defined() ? s.b.template data<float>() : g;
+    const Tensor<B> ta = s.a.get(), tb = s.b.get();  // remade here when kept as recipes
+    const float* a = ta.defined() ? ta.template data<float>() : g;  // g: never read
+    const float* b = tb.defined() ? tb.template data<float>() : g;
     auto out = [&](std::size_t i) {  // nothing to write where dout passed through
       return dinp[i].defined() && !detail::passed_at(fresh, i) ? dinp[i].template data<float>()
                                                                : nullptr;

@@ -9,6 +9,7 @@
 
 #include "remat/core/apply.hpp"
 #include "remat/core/math.hpp"
+#include "remat/core/recipe.hpp"
 
 namespace remat {
 
@@ -21,8 +22,9 @@ struct UnaryOp {
   struct Saved {
     math::UnaryKind kind{};
     float p = 0.0f, q = 0.0f;
-    Tensor<B> x;
-    template <class F> void each(F f) const { f(x); }
+    SavedOperand<B> x;  // or its recipe (NOTE [saved as a recipe], core/recipe.hpp)
+    std::shared_ptr<const Recipe<B>> made;  // the output's recipe, owned here when recorded
+    template <class F> void each(F f) const { x.each(f); }
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, math::UnaryKind kind, float p,
@@ -39,12 +41,25 @@ struct UnaryOp {
     s.kind = kind;
     s.p = p;
     s.q = q;
-    s.x = x;
+    s.x.keep(x);
+  }
+  // The output remade from the state, which always keeps x: y = f(x; p, q) again.
+  template <class B>
+  static std::shared_ptr<const Recipe<B>> recipe(const Saved<B>& s, const Tensor<B>& out) {
+    auto r = std::make_shared<Recipe<B>>();
+    r->operands = {s.x};
+    r->shape = out.shape();
+    r->tape = &out.tape();
+    r->run = [kind = s.kind, p = s.p, q = s.q](const std::vector<Tensor<B>>& in, const Tensor<B>& y) {
+      B::unary_forward(kind, y.template data<float>(), in[0].template data<float>(), y.numel(), p, q);
+    };
+    return r;
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
-    B::unary_backward(s.kind, dinp[0].template data<float>(), s.x.template data<float>(),
+    const Tensor<B> x = s.x.get();  // remade here when kept as a recipe
+    B::unary_backward(s.kind, dinp[0].template data<float>(), x.template data<float>(),
                       dout.template data<float>(), dout.numel(), s.p, s.q,
                       detail::fresh_at(fresh, 0));
   }
