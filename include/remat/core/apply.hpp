@@ -26,6 +26,10 @@
 // Optionally, `static void save(Saved<B>&, const Tensor<B>& out, inputs..., attrs...)` fills
 // Saved from the output without computing: checkpoint policies can then keep the op's output
 // and skip it in the replay (core/segment.hpp).
+// Optionally, a pointwise op whose state keeps every input gives its output a recipe:
+// `static std::shared_ptr<const Recipe<B>> recipe(const Saved<B>&, const Tensor<B>& out)` and a
+// `made` member in Saved; an op that saves such an output keeps the recipe's operands instead
+// (SavedOperand; NOTE [saved as a recipe] in core/recipe.hpp).
 
 #include <array>
 #include <cstring>

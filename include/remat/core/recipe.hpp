@@ -58,7 +58,8 @@ class SavedOperand {
   std::shared_ptr<const Recipe<B>> recipe_;
 };
 
-/// How to remake a pointwise op's output from what its backward state keeps.
+/// How to remake a pointwise op's output from what its backward state keeps (an f32 output, as
+/// the ops that make recipes have; an op of another dtype would carry its dtype here).
 template <class B>
 struct Recipe {
   std::vector<SavedOperand<B>> operands;
