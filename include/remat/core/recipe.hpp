@@ -46,7 +46,6 @@ class SavedOperand {
     t_ = recipe_ ? Tensor<B>() : x;
   }
   bool defined() const noexcept { return t_.defined() || recipe_ != nullptr; }
-  bool is_recipe() const noexcept { return recipe_ != nullptr; }
   /// Calls f on each tensor kept (x, or the recipe's roots), for counting and version checks.
   template <class F>
   void each(F&& f) const;
@@ -76,6 +75,18 @@ struct Recipe {
     return y;
   }
 };
+
+/// A recipe for `out`: `run(in, y)` writes y from the operands, got back as tensors.
+template <class B, class Run>
+std::shared_ptr<const Recipe<B>> make_recipe(std::vector<SavedOperand<B>> operands,
+                                             const Tensor<B>& out, Run&& run) {
+  auto r = std::make_shared<Recipe<B>>();
+  r->operands = std::move(operands);
+  r->shape = out.shape();
+  r->tape = &out.tape();
+  r->run = std::forward<Run>(run);
+  return r;
+}
 
 template <class B>
 template <class F>

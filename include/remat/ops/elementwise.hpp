@@ -169,14 +169,19 @@ struct BinaryOp {
     s.bc = detail::broadcast(op, a.shape(), b.shape());
     const auto& bc = s.bc;
     auto y = detail::make_tensor<B>(&a.tape(), bc.out);
-    if (bc.a_col || bc.b_col)
-      run_kernel<B>(ColumnForward{kind, y.template data<float>(), a.template data<float>(),
-                                  b.template data<float>(), bc.outer, bc.inner, bc.a_col});
-    else
-      B::binary_forward(kind, y.template data<float>(), a.template data<float>(),
-                        b.template data<float>(), bc.outer, bc.inner, bc.a_bcast, bc.b_bcast);
+    compute<B>(kind, bc, y.template data<float>(), a.template data<float>(),
+               b.template data<float>());
     keep_operands(s, a, b);
     return y;
+  }
+  // y = a op b in the kernel form bc says (NOTE [broadcasting])
+  template <class B>
+  static void compute(math::BinaryKind kind, const detail::Broadcast& bc, float* y,
+                      const float* a, const float* b) {
+    if (bc.a_col || bc.b_col)
+      run_kernel<B>(ColumnForward{kind, y, a, b, bc.outer, bc.inner, bc.a_col});
+    else
+      B::binary_forward(kind, y, a, b, bc.outer, bc.inner, bc.a_bcast, bc.b_bcast);
   }
   template <class B>
   static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& a, const Tensor<B>& b,
@@ -211,19 +216,11 @@ struct BinaryOp {
   template <class B>
   static std::shared_ptr<const Recipe<B>> recipe(const Saved<B>& s, const Tensor<B>& out) {
     if (!s.a.defined() || !s.b.defined()) return nullptr;
-    auto r = std::make_shared<Recipe<B>>();
-    r->operands = {s.a, s.b};
-    r->shape = out.shape();
-    r->tape = &out.tape();
-    r->run = [kind = s.kind, bc = s.bc](const std::vector<Tensor<B>>& in, const Tensor<B>& y) {
-      const float *a = in[0].template data<float>(), *b = in[1].template data<float>();
-      if (bc.a_col || bc.b_col)
-        run_kernel<B>(ColumnForward{kind, y.template data<float>(), a, b, bc.outer, bc.inner, bc.a_col});
-      else
-        B::binary_forward(kind, y.template data<float>(), a, b, bc.outer, bc.inner, bc.a_bcast,
-                          bc.b_bcast);
-    };
-    return r;
+    return make_recipe<B>({s.a, s.b}, out,
+                          [kind = s.kind, bc = s.bc](const std::vector<Tensor<B>>& in, const Tensor<B>& y) {
+                            compute<B>(kind, bc, y.template data<float>(),
+                                       in[0].template data<float>(), in[1].template data<float>());
+                          });
   }
   // a + b, a - b: da = dy, so a's buffer may be dy itself (not broadcast); a + b's b likewise
   template <class B>

@@ -46,14 +46,11 @@ struct UnaryOp {
   // The output remade from the state, which always keeps x: y = f(x; p, q) again.
   template <class B>
   static std::shared_ptr<const Recipe<B>> recipe(const Saved<B>& s, const Tensor<B>& out) {
-    auto r = std::make_shared<Recipe<B>>();
-    r->operands = {s.x};
-    r->shape = out.shape();
-    r->tape = &out.tape();
-    r->run = [kind = s.kind, p = s.p, q = s.q](const std::vector<Tensor<B>>& in, const Tensor<B>& y) {
-      B::unary_forward(kind, y.template data<float>(), in[0].template data<float>(), y.numel(), p, q);
-    };
-    return r;
+    return make_recipe<B>({s.x}, out,
+                          [kind = s.kind, p = s.p, q = s.q](const std::vector<Tensor<B>>& in, const Tensor<B>& y) {
+                            B::unary_forward(kind, y.template data<float>(),
+                                             in[0].template data<float>(), y.numel(), p, q);
+                          });
   }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,

@@ -93,20 +93,18 @@ struct CpuNn {
         auto bv = [&](std::int64_t j) { return k.a_col ? br[j] : br[0]; };
         auto one = [&](float* d, bool col, bool set, bool wrt_a) {
           if (!d) return;
+          auto grad = [&](std::int64_t j) {
+            return g[j] * (wrt_a ? math::binary_grad_a(k.kind, av(j), bv(j))
+                                 : math::binary_grad_b(k.kind, av(j), bv(j)));
+          };
           if (col) {
             float sum = 0.0f;
-            for (std::int64_t j = 0; j < C; ++j)
-              sum += g[j] * (wrt_a ? math::binary_grad_a(k.kind, av(j), bv(j))
-                                   : math::binary_grad_b(k.kind, av(j), bv(j)));
+            for (std::int64_t j = 0; j < C; ++j) sum += grad(j);
             d[r] = set ? sum : d[r] + sum;
             return;
           }
           float* dr = d + r * C;
-          for (std::int64_t j = 0; j < C; ++j) {
-            const float v = g[j] * (wrt_a ? math::binary_grad_a(k.kind, av(j), bv(j))
-                                          : math::binary_grad_b(k.kind, av(j), bv(j)));
-            dr[j] = set ? v : dr[j] + v;
-          }
+          for (std::int64_t j = 0; j < C; ++j) dr[j] = set ? grad(j) : dr[j] + grad(j);
         };
         one(k.da, k.a_col, k.set_a, true);
         one(k.db, !k.a_col, k.set_b, false);
