@@ -30,6 +30,7 @@
 
 #include "remat/ops/activation.hpp"
 #include "remat/ops/attention.hpp"
+#include "remat/ops/cast.hpp"
 #include "remat/ops/dropout.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/embedding.hpp"

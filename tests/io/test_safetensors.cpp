@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 #include <remat/data/tokens.hpp>
 #include <remat/io/gpt2.hpp>
@@ -73,6 +74,46 @@ TEST_CASE("F16 and BF16 tensors load as fp32", "[io]") {
   const auto f = io::read_safetensors(p);
   CHECK(f.tensors.at("h").data == std::vector<float>{1.0f, -2.5f});
   CHECK(f.tensors.at("b").data == std::vector<float>{1.0f, -2.5f});
+  std::remove(p.c_str());
+}
+
+TEST_CASE("BF16 tensors kept as stored, written as BF16", "[io][bf16]") {
+  const std::string p = tmp("bf16.safetensors");
+  const std::vector<float> v = {1.0f, -2.5f, 3.14159265f, 1e-40f, 3.4e38f, 0.1f};
+  io::HostTensor w{Shape{2, 3}, v};
+  const io::HostTensor h = io::rounded_to_bf16(w);
+  CHECK(h.dtype == DType::bf16);
+  CHECK(h.data.empty());
+  for (std::size_t i = 0; i < v.size(); ++i) CHECK(h.bf16_data[i].bits == math::to_bf16(v[i]).bits);
+  io::write_safetensors(p, {{"half", h}, {"full", w}});
+  {  // the file: a BF16 tensor of 12 bytes, then the F32 one of 24
+    std::ifstream in(p, std::ios::binary);
+    const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(all.find(R"("dtype":"BF16")") != std::string::npos);
+    CHECK(all.find(R"("data_offsets":[0,12])") != std::string::npos);
+    CHECK(all.find(R"("data_offsets":[12,36])") != std::string::npos);
+  }
+  const auto kept = io::read_safetensors(p, io::OtherDtypes::error, io::Bf16::keep);
+  const io::HostTensor& k = kept.tensors.at("half");
+  CHECK(k.dtype == DType::bf16);
+  CHECK(k.data.empty());
+  REQUIRE(k.bf16_data.size() == 6);
+  for (std::size_t i = 0; i < 6; ++i) CHECK(k.bf16_data[i].bits == h.bf16_data[i].bits);
+  CHECK(kept.tensors.at("full").dtype == DType::f32);
+  CHECK(kept.tensors.at("full").data == v);
+  const auto widened = io::read_safetensors(p);  // the default: BF16 widened to fp32
+  CHECK(widened.tensors.at("half").dtype == DType::f32);
+  CHECK(widened.tensors.at("half").data == k.values());
+  CHECK(widened.tensors.at("half").data[2] == 3.140625f);
+  // a bf16 tensor whose values do not fit its shape, or that holds both kinds
+  io::HostTensor bad = h;
+  bad.bf16_data.pop_back();
+  REQUIRE_THROWS_WITH(io::write_safetensors(p, {{"bad", bad}}),
+                      REMAT_CONTAINS("tensor 'bad' has shape [2, 3] but 5 bf16 values"));
+  bad = h;
+  bad.data = {1.0f};
+  REQUIRE_THROWS_WITH(io::write_safetensors(p, {{"bad", bad}}),
+                      REMAT_CONTAINS("and values of the other type too"));
   std::remove(p.c_str());
 }
 

@@ -16,6 +16,7 @@
 #include "remat/core/tape.hpp"
 #include "remat/ops/activation.hpp"
 #include "remat/ops/attention.hpp"
+#include "remat/ops/cast.hpp"
 #include "remat/ops/dropout.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/embedding.hpp"
@@ -124,6 +125,13 @@ const std::vector<OpCase<B>>& op_cases() {
       {"where", {{{4, 70}}, {{4, 70}}},
        [](const V& x) { return where(gt(x[0], x[1]), x[0], x[1] * 2.0f); }, Fd::kinked},
       {"where_const", {{{4, 70}}}, [](const V& x) { return where(lt(x[0], 0.5f), x[0], -3.0f); }, Fd::kinked},
+      // f32 -> bf16 -> f32 (rounding: a step function to finite differences), used twice: the
+      // bf16 gradient written once, added into once
+      {"cast_bf16", {{{4, 70}}, {{4, 70}}},
+       [](const V& x) {
+         const T h = to_dtype(x[0] * x[1], DType::bf16);
+         return to_dtype(h, DType::f32) * x[1] + to_dtype(h, DType::f32);
+       }, Fd::kinked},
       {"max_axis", {{{4, 33, 6}}}, [](const V& x) { return max(x[0], 1); }, Fd::kinked},
       {"max_last", {{{5, 300}}}, [](const V& x) { return max(x[0], -1, true); }, Fd::kinked},
       // at the benchmark's shapes (issue 12): GPT-2's head size 64 and 128, T not a multiple of

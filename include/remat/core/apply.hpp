@@ -503,7 +503,8 @@ Tensor<B> apply_list(const std::vector<Tensor<B>>& in, const A&... attrs) {
 template <class B>
 void check_f32(const char* op, const char* what, const Tensor<B>& t) {
   REMAT_CHECK(t.dtype() == DType::f32, "remat::", op, ": ", what, " must be f32, found ",
-              dtype_name(t.dtype()), " with shape ", t.shape().str());
+              dtype_name(t.dtype()), " with shape ", t.shape().str(),
+              t.dtype() == DType::bf16 ? " (hint: widen it with to_dtype(x, DType::f32))" : "");
 }
 /// Throws if t has no elements.
 template <class B>

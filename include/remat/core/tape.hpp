@@ -139,6 +139,13 @@ class Tape {
     return from_host(shape, data.data(), data.size(), DType::f32, Category::temporaries,
                      "Tape::input");
   }
+  /// A constant input of bf16 values (no gradient), e.g. as read from a file; floats become
+  /// bf16 with to_dtype(input(shape, floats), DType::bf16). (Not an overload of input: a
+  /// braced list of numbers would then fit both.)
+  Tensor<B> input_bf16(const Shape& shape, const std::vector<bf16>& data) {
+    return from_host(shape, data.data(), data.size(), DType::bf16, Category::temporaries,
+                     "Tape::input_bf16");
+  }
   /// Integer data: token ids or class targets. Their range is recorded for the ops' range
   /// checks (a device then reads nothing back): the elements are constants, so write new ids
   /// as a new tensor, never through data().
@@ -299,6 +306,11 @@ class Tape {
     REMAT_CHECK(loss.requires_grad(), "remat::Tape::backward: loss of shape ", loss.shape().str(),
                 " does not require grad: nothing that requires grad contributed to it (was it "
                 "computed under NoGrad, or from inputs only?)");
+    REMAT_CHECK(loss.dtype() == DType::f32 && (!seed.defined() || seed.dtype() == DType::f32),
+                "remat::Tape::backward: the loss", seed.defined() ? " and its seed" : "",
+                " must be f32, found ", dtype_name(loss.dtype()),
+                seed.defined() ? std::string(" and ") + dtype_name(seed.dtype()) : std::string(),
+                " (hint: widen a bf16 loss with to_dtype(loss, DType::f32))");
     if (seed.defined()) {
       REMAT_CHECK(seed.shape() == loss.shape(), "remat::Tape::backward: seed gradient has shape ",
                   seed.shape().str(), ", expected the loss's shape ", loss.shape().str());
@@ -777,7 +789,7 @@ class Tape {
     if (in.id >= 0) {
       Tensor<B>& slot = grads_[static_cast<std::size_t>(in.id)];
       if (!slot.defined()) {
-        slot = detail::make_tensor<B>(this, in.shape);
+        slot = detail::make_tensor<B>(this, in.shape, in.dtype);  // a gradient has x's type
         fresh = true;
       }
       return slot;
@@ -790,7 +802,7 @@ class Tape {
   Tensor<B> leaf_grad_unset(const std::shared_ptr<TensorImpl<B>>& leaf, bool& fresh) {
     fresh = false;
     if (!leaf->grad) {
-      const std::size_t bytes = static_cast<std::size_t>(leaf->shape.numel()) * 4;
+      const std::size_t bytes = static_cast<std::size_t>(leaf->shape.numel()) * dtype_size(leaf->dtype);
       leaf->grad = std::make_shared<Storage<B>>(bytes, leaf->grad_category);
       fresh = true;
     } else if (leaf->grad_unset) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -85,10 +86,13 @@ class Tensor {
   /// writing a tensor nothing has read yet. To write into a tensor that a recorded op or a
   /// checkpoint segment may have read, use mutable_data(): backward then reports the write
   /// instead of computing a gradient from the new values (NOTE [version counter]).
+  /// data<void>() is the bytes whatever the element type (a kernel that takes the type as an
+  /// argument: the casts).
   template <class T>
   T* data() const {
-    REMAT_CHECK(dtype_of<T>::value == dtype(), "remat::Tensor::data: element type is ",
-                dtype_name(dtype()), ", asked for ", dtype_name(dtype_of<T>::value));
+    if constexpr (!std::is_void_v<T>)
+      REMAT_CHECK(dtype_of<T>::value == dtype(), "remat::Tensor::data: element type is ",
+                  dtype_name(dtype()), ", asked for ", dtype_name(dtype_of<T>::value));
     REMAT_CHECK(!get().storage->skipped(), "remat::Tensor::data: ", shape().str(), " ",
                 dtype_name(dtype()), " was made by an op that a checkpoint replay did not "
                 "compute, because no backward and no computed op reads it (NOTE [replay only "
@@ -106,10 +110,18 @@ class Tensor {
   }
   const std::shared_ptr<Storage<B>>& storage() const { return get().storage; }
 
-  /// Copies the elements to the host.
+  /// Copies the elements to the host; to_vector<float>() of a bf16 tensor widens them (exact).
   template <class T = float>
   std::vector<T> to_vector() const {
     if (get().first_run_serial != 0) get().tape->note_host_read(get());  // NOTE [replay only ...]
+    if constexpr (std::is_same_v<T, float>) {
+      if (dtype() == DType::bf16) {
+        const std::vector<bf16> h = to_vector<bf16>();
+        std::vector<float> out(h.size());
+        for (std::size_t i = 0; i < h.size(); ++i) out[i] = math::from_bf16(h[i]);
+        return out;
+      }
+    }
     std::vector<T> out(static_cast<std::size_t>(numel()));
     if (!out.empty()) B::copy_to_host(out.data(), data<T>(), bytes());
     return out;
@@ -137,6 +149,10 @@ class Tensor {
   void set_requires_grad(bool on) const {
     REMAT_CHECK(is_leaf(), "remat::Tensor::set_requires_grad: only leaves can change it; this "
                 "tensor was produced by a recorded op (hint: use detach())");
+    REMAT_CHECK(!on || dtype() == DType::f32, "remat::Tensor::set_requires_grad: a ",
+                dtype_name(dtype()), " leaf of shape ", shape().str(), " cannot collect a "
+                "gradient; leaves that train are f32 (hint: keep the f32 tensor as the leaf and "
+                "use to_dtype(leaf, DType::bf16) inside the step)");
     get().requires_grad = on;
   }
 

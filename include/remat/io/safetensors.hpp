@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "remat/core/dtype.hpp"
 #include "remat/core/error.hpp"
 #include "remat/core/shape.hpp"
 #include "remat/io/checked.hpp"
@@ -35,11 +36,39 @@
 namespace remat {
 namespace io {
 
-/// One tensor of a safetensors file, converted to fp32 on the host.
+/// One tensor of a safetensors file on the host: fp32 values in `data`, or (dtype bf16: a BF16
+/// tensor read with Bf16::keep, or one to write as BF16) the bf16 values in `bf16_data`, as
+/// stored, two bytes each.
 struct HostTensor {
   Shape shape;
   std::vector<float> data;
+  DType dtype = DType::f32;
+  std::vector<bf16> bf16_data;
+  HostTensor() = default;
+  HostTensor(Shape s, std::vector<float> v) : shape(std::move(s)), data(std::move(v)) {}
+  /// A bf16 tensor (named, not a constructor: a braced list of numbers would fit both).
+  static HostTensor of_bf16(Shape s, std::vector<bf16> v) {
+    HostTensor t;
+    t.shape = std::move(s);
+    t.dtype = DType::bf16;
+    t.bf16_data = std::move(v);
+    return t;
+  }
+  /// The values as fp32 (bf16 ones widened, exactly).
+  std::vector<float> values() const {
+    if (dtype != DType::bf16) return data;
+    std::vector<float> out(bf16_data.size());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = math::from_bf16(bf16_data[i]);
+    return out;
+  }
 };
+
+/// t's values rounded to bf16 (nearest even, NaN kept: core/bf16.hpp), to write as BF16.
+inline HostTensor rounded_to_bf16(const HostTensor& t) {
+  HostTensor h = HostTensor::of_bf16(t.shape, std::vector<bf16>(t.data.size()));
+  for (std::size_t i = 0; i < t.data.size(); ++i) h.bf16_data[i] = math::to_bf16(t.data[i]);
+  return h;
+}
 
 namespace detail {
 /// The first s.numel() floats of backend B's buffer p, as a host tensor of shape s: a padded
@@ -73,6 +102,10 @@ struct SafetensorsFile {
 /// listed in SafetensorsFile::other_dtypes (header checked, data not read) for the caller to
 /// decide whether it needs it.
 enum class OtherDtypes { error, list };
+
+/// What read_safetensors does with a BF16 tensor: widen it to fp32 (HostTensor::data), or keep
+/// it as stored (HostTensor::bf16_data, dtype bf16: half the bytes, read straight from the file).
+enum class Bf16 { widen, keep };
 
 namespace detail {
 
@@ -382,12 +415,13 @@ inline std::uint64_t read_some(int fd, char* dst, std::uint64_t n) {
   return done;
 }
 
-inline SafetensorsFile read_safetensors_unchecked(const std::string& path, OtherDtypes other);
+inline SafetensorsFile read_safetensors_unchecked(const std::string& path, OtherDtypes other, Bf16 bf);
 
 }  // namespace detail
 
-/// Reads and validates a safetensors file; F32, F16 and BF16 tensors come back as fp32, and a
-/// tensor of another dtype is an error, or (OtherDtypes::list) listed in `other_dtypes`.
+/// Reads and validates a safetensors file; F32, F16 and BF16 tensors come back as fp32 (BF16
+/// ones as bf16 under Bf16::keep), and a tensor of another dtype is an error, or
+/// (OtherDtypes::list) listed in `other_dtypes`.
 /// NOTE [hostile files]: the file is read in order of trust. The 8-byte header length is
 /// checked against kSafetensorsMaxHeader and the file's size before the header is read; the
 /// header is parsed within kSafetensorsHeaderLimits without a DOM (NOTE [hostile JSON] in
@@ -399,9 +433,10 @@ inline SafetensorsFile read_safetensors_unchecked(const std::string& path, Other
 /// tensor and the field: no std:: exception (json parse errors, length_error, bad_alloc)
 /// escapes, and running out of memory is remat::OutOfMemory.
 inline SafetensorsFile read_safetensors(const std::string& path,
-                                       OtherDtypes other = OtherDtypes::error) {
+                                       OtherDtypes other = OtherDtypes::error,
+                                       Bf16 bf = Bf16::widen) {
   try {
-    return detail::read_safetensors_unchecked(path, other);
+    return detail::read_safetensors_unchecked(path, other, bf);
   } catch (const Error&) {
     throw;
   } catch (const std::bad_alloc&) {
@@ -414,7 +449,7 @@ inline SafetensorsFile read_safetensors(const std::string& path,
 }
 
 namespace detail {
-inline SafetensorsFile read_safetensors_unchecked(const std::string& path, OtherDtypes other) {
+inline SafetensorsFile read_safetensors_unchecked(const std::string& path, OtherDtypes other, Bf16 bf) {
   const std::uint64_t size = file_size(path, "read_safetensors");  // kNoSizeCap: a stream
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
   REMAT_CHECK(fd >= 0, "remat::io::read_safetensors: cannot open '", path, "': ", std::strerror(errno),
@@ -467,6 +502,12 @@ inline SafetensorsFile read_safetensors_unchecked(const std::string& path, Other
       out.other_dtypes.emplace(std::move(e.name), e.dtype);
       continue;
     }
+    if (e.dtype == "BF16" && bf == Bf16::keep) {  // as stored: two bytes a value
+      HostTensor t = HostTensor::of_bf16(e.shape, std::vector<bf16>(static_cast<std::size_t>(e.numel)));
+      data.read(e.begin, reinterpret_cast<char*>(t.bf16_data.data()), e.end - e.begin);
+      out.tensors.emplace(std::move(e.name), std::move(t));
+      continue;
+    }
     HostTensor t{e.shape, std::vector<float>(static_cast<std::size_t>(e.numel))};  // bounded by the file
     if (e.dtype == "F32") {
       data.read(e.begin, reinterpret_cast<char*>(t.data.data()), e.end - e.begin);
@@ -494,7 +535,8 @@ inline SafetensorsFile read_safetensors_unchecked(const std::string& path, Other
 }
 }  // namespace detail
 
-/// Writes fp32 tensors (name, shape, values) and string metadata; atomically: to a temporary
+/// Writes tensors (name, shape, values: F32, or BF16 for a HostTensor of dtype bf16) and string
+/// metadata; atomically: to a temporary
 /// file beside `path`, flushed and synced, then renamed over it, so a crash never leaves a
 /// half-written file under `path`. `after_half` (tests) runs once half of the data is written.
 inline void write_safetensors(const std::string& path,
@@ -516,12 +558,20 @@ inline void write_safetensors(const std::string& path,
                               void (*after_half)()) {
   nlohmann::json header = nlohmann::json::object();
   std::uint64_t at = 0;
+  auto bytes_of = [](const HostTensor& t) {
+    return t.dtype == DType::bf16 ? t.bf16_data.size() * 2 : t.data.size() * 4;
+  };
   for (const auto& [name, t] : tensors) {
-    REMAT_CHECK(static_cast<std::int64_t>(t.data.size()) == t.shape.numel(),
+    const bool half = t.dtype == DType::bf16;
+    REMAT_CHECK(t.dtype == DType::f32 || half, "remat::io::write_safetensors: tensor '", name,
+                "' is ", dtype_name(t.dtype), " (expected f32 or bf16)");
+    const std::size_t n = half ? t.bf16_data.size() : t.data.size();
+    REMAT_CHECK(static_cast<std::int64_t>(n) == t.shape.numel() && (half ? t.data.empty() : t.bf16_data.empty()),
                 "remat::io::write_safetensors: tensor '", name, "' has shape ", t.shape.str(),
-                " but ", t.data.size(), " values");
-    const std::uint64_t bytes = t.data.size() * 4;
-    header[name] = {{"dtype", "F32"}, {"shape", t.shape.vec()}, {"data_offsets", {at, at + bytes}}};
+                " but ", n, " ", dtype_name(t.dtype), " values",
+                (half ? !t.data.empty() : !t.bf16_data.empty()) ? " and values of the other type too" : "");
+    const std::uint64_t bytes = bytes_of(t);
+    header[name] = {{"dtype", half ? "BF16" : "F32"}, {"shape", t.shape.vec()}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -535,8 +585,10 @@ inline void write_safetensors(const std::string& path,
   std::uint64_t written = 0;
   bool halted = false;
   for (const auto& kv : tensors) {
-    f.write(kv.second.data.data(), kv.second.data.size() * 4);
-    written += kv.second.data.size() * 4;
+    const HostTensor& t = kv.second;
+    if (t.dtype == DType::bf16) f.write(t.bf16_data.data(), bytes_of(t));
+    else f.write(t.data.data(), bytes_of(t));
+    written += bytes_of(t);
     if (after_half && !halted && 2 * written >= at) {
       halted = true;
       after_half();

@@ -5,11 +5,12 @@
 // backend/backend.hpp. A family header of its own adds its list here.
 
 #include "remat/core/kernel.hpp"
+#include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
 
 namespace remat {
 
-using OpKernels = JoinKernels<BinaryKernels, NormKernels>;
+using OpKernels = JoinKernels<CastKernels, BinaryKernels, NormKernels>;
 
 }  // namespace remat

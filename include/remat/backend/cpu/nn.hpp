@@ -20,6 +20,7 @@
 #include "remat/core/math.hpp"
 
 #include "remat/core/memory.hpp"
+#include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
 
@@ -59,6 +60,22 @@ enum class AttentionPath {
 struct CpuNn {
   using Arr = Eigen::Map<Eigen::ArrayXf>;
   using CArr = Eigen::Map<const Eigen::ArrayXf>;
+
+  // y (n) (+)= x converted between f32 and bf16 (core/bf16.hpp's rounding); a sum in fp32,
+  // rounded once
+  static void run(const CastOp::Convert& k) {
+    auto get = [](const void* p, DType t, std::int64_t i) {
+      return t == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(p)[i])
+                              : static_cast<const float*>(p)[i];
+    };
+    parallel_for(k.n, 1 << 14, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const float v = k.add ? get(k.y, k.to, i) + get(k.x, k.from, i) : get(k.x, k.from, i);
+        if (k.to == DType::bf16) static_cast<bf16*>(k.y)[i] = math::to_bf16(v);
+        else static_cast<float*>(k.y)[i] = v;
+      }
+    });
+  }
 
   // y (rows, C) = a op b with a (a_col) or b a column (rows): one value a row
   static void run(const BinaryOp::ColumnForward& k) {

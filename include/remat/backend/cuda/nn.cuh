@@ -22,6 +22,7 @@
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/shape.hpp"
 #include "remat/core/math.hpp"
+#include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
 
@@ -147,6 +148,24 @@ __global__ void layer_norm_backward_kernel(float* dx, float* dw, float* db, floa
   if (threadIdx.x == 0) last = atomicInc(&layer_norm_tickets, gridDim.x - 1) == gridDim.x - 1;
   __syncthreads();
   if (last) layer_norm_finish<>(dw, db, part_w, part_b, C, set_dw, set_db);
+}
+// y (n) (+)= x converted between f32 and bf16 (core/bf16.hpp's rounding; a sum in fp32,
+// rounded once)
+template <int = 0>
+__global__ void convert_kernel(void* y, DType to, const void* x, DType from, std::int64_t n,
+                               bool add) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float v = from == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(x)[i])
+                                        : static_cast<const float*>(x)[i];
+    if (to == DType::bf16) {
+      bf16* out = static_cast<bf16*>(y);
+      out[i] = math::to_bf16(add ? math::from_bf16(out[i]) + v : v);
+    } else {
+      float* out = static_cast<float*>(y);
+      out[i] = add ? out[i] + v : v;
+    }
+  }
 }
 // y (rows, C) = a op b, a (a_col) or b a column (rows): one value a row
 template <int = 0>
@@ -381,6 +400,11 @@ __global__ void permute_kernel(float* y, const float* x, std::int64_t n, Permute
 struct CudaNn {
   static cudaStream_t s() { return Context::get().stream(); }
 
+  static void run(const CastOp::Convert& k) {
+    if (k.n == 0) return;
+    REMAT_CUDA_LAUNCH(convert_kernel<>, grid_for(k.n), 256, 0, s(), k.y, k.to, k.x, k.from, k.n,
+                      k.add);
+  }
   static void run(const BinaryOp::ColumnForward& k) {
     if (k.rows * k.C == 0) return;
     REMAT_CUDA_LAUNCH(binary_column_forward_kernel<>, grid_for(k.rows * k.C), 256, 0, s(), k.kind,
