@@ -6,7 +6,9 @@
 //   - the certified peak (the estimate, on the shape-only twin) = the real ledger's, to the byte;
 //   - the process's memory growth (VmHWM - VmRSS before) against the ledger's peak, and with
 //     --check-process within what the plan reserves for the process (the ledger's peak plus
-//     plan::process_headroom: the allocator's slack, OpenBLAS's packing buffers, code);
+//     plan::process_headroom: the allocator's slack, OpenBLAS's packing buffers, code), and with
+//     --check-rss PCT within PCT percent of the ledger's peak (a constant of 4-10 MiB, mostly
+//     OpenBLAS's, makes that a test of sizes from a few hundred MiB);
 //   - the planned run's losses and weights = the plain run's, bit for bit;
 //   - every checkpoint policy, each block a segment with it, keeps no more saved activations
 //     than the plain run (the ledger's peak of them over a step);
@@ -19,6 +21,7 @@
 //
 //   Run: build/examples/04_own_model [--budget SIZE] [--layers N] [--dim D] [--seq T]
 //        [--batch B] [--steps N] [--measure] [--compare] [--no-plain] [--check-process]
+//        [--check-rss PCT]
 //   Without --budget: 40% of the way from the leanest plan's need to keeping everything.
 #include <algorithm>
 #include <chrono>
@@ -93,6 +96,7 @@ int main(int argc, char** argv) try {
   std::int64_t batch = 4, seq = 128, budget = 0;
   int steps = 4;
   bool compare = false, plain = true, check_process = false;
+  double check_rss = -1;  // percent
   StagePlanOptions opts;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -110,6 +114,7 @@ int main(int argc, char** argv) try {
     else if (a == "--compare") compare = true;
     else if (a == "--no-plain") plain = false;
     else if (a == "--check-process") check_process = true;
+    else if (a == "--check-rss") check_rss = std::stod(next());
     else REMAT_CHECK(false, "04_own_model: unknown argument '", a, "' (see the comment at the top of main.cpp)");
   }
   c.max_seq = seq;
@@ -157,6 +162,11 @@ int main(int argc, char** argv) try {
     std::printf("process growth %s the %s the plan reserves for the process\n",
                 growth <= reserved ? "within" : "ABOVE", format_bytes(reserved).c_str());
     ok = ok && growth <= reserved;
+  }
+  if (check_rss >= 0) {
+    std::printf("process growth %s %.1f%% of the ledger's peak\n",
+                rss_vs_ledger <= check_rss ? "within" : "NOT within", check_rss);
+    ok = ok && rss_vs_ledger <= check_rss;
   }
   if (plain) {
     const auto all_s = std::make_shared<const plan::Schedule>(plan::keep_all(chain));
