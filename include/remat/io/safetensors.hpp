@@ -518,13 +518,8 @@ inline SafetensorsFile read_safetensors_unchecked(const std::string& path, Other
         const std::uint64_t k = std::min<std::uint64_t>(e.numel - i, half.size());
         data.read(e.begin + 2 * i, reinterpret_cast<char*>(half.data()), 2 * k);
         for (std::uint64_t j = 0; j < k; ++j) {
-          float& dst = t.data[static_cast<std::size_t>(i + j)];
-          if (f16) {
-            dst = half_to_float(half[static_cast<std::size_t>(j)]);
-          } else {
-            const std::uint32_t bits = static_cast<std::uint32_t>(half[static_cast<std::size_t>(j)]) << 16;
-            std::memcpy(&dst, &bits, 4);
-          }
+          const std::uint16_t h = half[static_cast<std::size_t>(j)];
+          t.data[static_cast<std::size_t>(i + j)] = f16 ? half_to_float(h) : math::from_bf16(bf16{h});
         }
         i += k;
       }
