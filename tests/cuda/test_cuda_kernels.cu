@@ -478,7 +478,9 @@ void test_ops_against_cpu() {
                     static_cast<long long>(predicted), static_cast<long long>(predicted_allocs));
         ++ledger_misses;
       }
-      const double limit = 1e-4;
+      // a bf16 case's outputs are rounded to bf16 (8 bits): one rounding that falls the other
+      // way after another order of fp32 sums is 2^-8 of the value
+      const double limit = name.find("bf16") != std::string::npos ? 1e-2 : 1e-4;
       const std::string what = name + (is_attention(name) ? path == cuda::AttentionPath::fused
                                                                   ? " (fused)" : " (materialized)"
                                                             : "");

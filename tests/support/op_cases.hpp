@@ -132,6 +132,22 @@ const std::vector<OpCase<B>>& op_cases() {
          const T h = to_dtype(x[0] * x[1], DType::bf16);
          return to_dtype(h, DType::f32) * x[1] + to_dtype(h, DType::f32);
        }, Fd::kinked},
+      // bf16 products (GemmKernel): f32 leaves cast once, fp32 sums, bf16 outputs widened for
+      // the loss. The four operand layouts, a batch summed into one shared dB (a transposed,
+      // b shared), and linear with a bf16 hidden tensor used twice (its bf16 gradient written,
+      // then added into) and a residual whose gradient is f32.
+      {"matmul_bf16", {{{33, 17}}, {{17, 9}}},
+       [](const V& x) { return to_dtype(matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16)), DType::f32); }, Fd::kinked},
+      {"matmul_tt_bf16", {{{17, 33}}, {{9, 17}}},
+       [](const V& x) { return to_dtype(matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16), true, true), DType::f32); }, Fd::kinked},
+      {"matmul_shared_bf16", {{{3, 40, 8}}, {{40, 6}}},
+       [](const V& x) { return to_dtype(matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16), true, false), DType::f32); }, Fd::kinked},
+      {"linear_bf16", {{{4, 6, 40}}, {{40, 24}}, {{24}}, {{24, 40}}, {{40}}},
+       [](const V& x) {
+         const T xb = to_dtype(x[0], DType::bf16), w2 = to_dtype(x[3], DType::bf16);
+         const T h = linear(xb, to_dtype(x[1], DType::bf16), x[2]);
+         return to_dtype(linear(h, w2, x[4], xb), DType::f32) + to_dtype(matmul(h, w2), DType::f32);
+       }, Fd::kinked},
       {"max_axis", {{{4, 33, 6}}}, [](const V& x) { return max(x[0], 1); }, Fd::kinked},
       {"max_last", {{{5, 300}}}, [](const V& x) { return max(x[0], -1, true); }, Fd::kinked},
       // at the benchmark's shapes (issue 12): GPT-2's head size 64 and 128, T not a multiple of

@@ -11,13 +11,18 @@
 #include "remat/backend/cpu/nn.hpp"
 #include "remat/backend/cpu/optim.hpp"
 #include "remat/backend/cpu/pointwise.hpp"
+#include "remat/backend/cpu/typed_gemm.hpp"
 
 namespace remat {
 
 /// The CPU backend. Tensor<Cpu>, Tape<Cpu>, memory_stats<Cpu>().
 struct Cpu : cpu::CpuMemory, cpu::CpuGemm, cpu::CpuLinear, cpu::CpuPointwise, cpu::CpuNn,
-             cpu::CpuOptim {
+             cpu::CpuTypedGemm, cpu::CpuOptim {
   using cpu::CpuMemory::name;
+  using cpu::CpuNn::run;  // op kernels (NOTE [op kernels]) of two families
+  using cpu::CpuNn::scratch;
+  using cpu::CpuTypedGemm::run;
+  using cpu::CpuTypedGemm::scratch;
 };
 
 static_assert(check_backend<Cpu>(), "remat: the CPU backend misses a backend function");

@@ -332,7 +332,7 @@ struct CheckpointBody final : NodeBody<B> {
         if (!l->grad_unset) continue;
         l->grad_unset = false;
         try {
-          B::fill(static_cast<float*>(l->grad->data()), l->shape.numel(), 0.0f);
+          detail::zero_fill(Tensor<B>(l).grad());
         } catch (...) {  // (a device already failing: its error was thrown before)
         }
       }

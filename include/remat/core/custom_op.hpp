@@ -128,6 +128,7 @@ Tensor<B> part_view(const Tensor<B>& x, std::int64_t offset, const Shape& shape)
                                                static_cast<std::size_t>(shape.numel()) * size);
   impl->shape = shape;
   impl->dtype = x.dtype();
+  impl->grad_dtype = x.impl()->grad_dtype;
   impl->tape = &x.tape();
   return Tensor<B>(std::move(impl));
 }

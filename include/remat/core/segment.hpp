@@ -290,6 +290,7 @@ struct SegmentFrame {
                                            dtype_size(e.dtype)) {  // gone; its buffer is t's
       Tensor<B> a = detail::alias(t, t.shape());
       a.impl()->shape = e.shape;
+      if (a.impl()->dtype != e.dtype) a.impl()->grad_dtype = e.dtype;
       a.impl()->dtype = e.dtype;
       kept->emplace(p, a);
     }

@@ -48,7 +48,7 @@ struct NodeInput {
   TensorId id = -1;
   std::shared_ptr<TensorImpl<B>> leaf;  // leaves that require grad (parameters, inputs)
   Shape shape;
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // its gradient's type (TensorImpl::grad_dtype)
   bool needs_grad() const { return id >= 0 || leaf != nullptr; }
 };
 
@@ -102,6 +102,7 @@ struct Node {
   std::vector<NodeInput<B>> inputs;
   std::vector<TensorId> outputs;
   std::vector<Shape> output_shapes;
+  std::vector<DType> output_grad_dtypes;  // each output's gradient type
   std::unique_ptr<NodeBody<B>> body;
 };
 
@@ -284,6 +285,7 @@ class Tape {
       live_.push_back(1);
       node.outputs.push_back(impl->id);
       node.output_shapes.push_back(impl->shape);
+      node.output_grad_dtypes.push_back(impl->grad_dtype);
     }
     node.body = std::move(body);
     nodes_.push_back(std::move(node));
@@ -464,6 +466,7 @@ class Tape {
     live_.push_back(1);
     owner->outputs.push_back(ti.id);
     owner->output_shapes.push_back(ti.shape);
+    owner->output_grad_dtypes.push_back(ti.grad_dtype);
     owner->body->add_escaped_output(ti.segment_op);
   }
   /// True while an op's forward runs: the ops it is made of are part of it, run as plain
@@ -579,7 +582,7 @@ class Tape {
   Tensor<B> leaf_grad(const std::shared_ptr<TensorImpl<B>>& leaf) {
     bool fresh = false;
     Tensor<B> g = leaf_grad_unset(leaf, fresh);
-    if (fresh) B::fill(g.template data<float>(), g.numel(), 0.0f);
+    if (fresh) detail::zero_fill(g);
     return g;
   }
   /// While a node's backward runs: per input, whether its gradient buffer was made for this node
@@ -644,7 +647,10 @@ class Tape {
       }
       if (!any) continue;  // no gradient reached this node: just drop what it saved
       for (std::size_t o = 0; o < douts.size(); ++o)
-        if (!douts[o].defined()) douts[o] = zeros(node.output_shapes[o]);
+        if (!douts[o].defined()) {
+          douts[o] = detail::make_tensor<B>(this, node.output_shapes[o], node.output_grad_dtypes[o]);
+          detail::zero_fill(douts[o]);
+        }
       // NOTE [fresh gradient buffers]: a gradient buffer made for this node holds no values
       // yet. A node whose body writes such buffers (writes_fresh: an op whose backward takes
       // the flags, e.g. linear's GEMMs with beta 0) gets them as they are; for any other the
@@ -681,7 +687,7 @@ class Tape {
         for (std::size_t j = 0; j < dinp.size() && !shared; ++j)
           shared = j != i && dinp[j].defined() && dinp[j].storage() == dinp[i].storage();
         if (!shared) continue;
-        B::fill(dinp[i].template data<float>(), dinp[i].numel(), 0.0f);
+        detail::zero_fill(dinp[i]);
         for (std::size_t j = 0; j < dinp.size(); ++j)  // the same buffer is zeroed once
           if (dinp[j].defined() && dinp[j].storage() == dinp[i].storage()) fresh_[j] = 0;
       }
@@ -690,7 +696,7 @@ class Tape {
       } catch (...) {  // (an OutOfMemory mid-node) no buffer is left holding undefined values
         // (a segment settles its own: its replay's nodes reused fresh_)
         for (std::size_t i = 0; i < dinp.size() && !node.body->segment; ++i)
-          if (fresh_[i] == 1) B::fill(dinp[i].template data<float>(), dinp[i].numel(), 0.0f);
+          if (fresh_[i] == 1) detail::zero_fill(dinp[i]);
         fresh_.clear();
         throw;
       }
@@ -726,7 +732,7 @@ class Tape {
   NodeInput<B> make_input(const char* op, std::size_t i, const Tensor<B>& t) {
     NodeInput<B> in;
     in.shape = t.shape();
-    in.dtype = t.dtype();
+    in.dtype = t.impl()->grad_dtype;
     if (!t.requires_grad()) return in;
     // In a replay, a recorded tensor the segment captured sends its gradient to its stand-in
     // (NOTE [captured tensors] in checkpoint/checkpoint.hpp); the innermost replay decides.
@@ -789,7 +795,7 @@ class Tape {
     if (in.id >= 0) {
       Tensor<B>& slot = grads_[static_cast<std::size_t>(in.id)];
       if (!slot.defined()) {
-        slot = detail::make_tensor<B>(this, in.shape, in.dtype);  // a gradient has x's type
+        slot = detail::make_tensor<B>(this, in.shape, in.dtype);  // x's gradient type
         fresh = true;
       }
       return slot;
@@ -802,7 +808,7 @@ class Tape {
   Tensor<B> leaf_grad_unset(const std::shared_ptr<TensorImpl<B>>& leaf, bool& fresh) {
     fresh = false;
     if (!leaf->grad) {
-      const std::size_t bytes = static_cast<std::size_t>(leaf->shape.numel()) * dtype_size(leaf->dtype);
+      const std::size_t bytes = static_cast<std::size_t>(leaf->shape.numel()) * dtype_size(leaf->grad_dtype);
       leaf->grad = std::make_shared<Storage<B>>(bytes, leaf->grad_category);
       fresh = true;
     } else if (leaf->grad_unset) {

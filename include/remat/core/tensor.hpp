@@ -32,6 +32,9 @@ struct TensorImpl {
   std::shared_ptr<Storage<B>> storage;
   Shape shape;
   DType dtype = DType::f32;
+  // The type of its gradient: dtype, except a bf16 value cast down from f32 (to_dtype), whose
+  // gradient stays f32, so a weight's gradient is summed in fp32 (NOTE [precision policy]).
+  DType grad_dtype = DType::f32;
   Tape<B>* tape = nullptr;
   bool requires_grad = false;
   TensorId id = -1;              // gradient slot, set when an op that produced it was recorded
@@ -74,6 +77,9 @@ class Tensor {
   std::int64_t size(int i) const { return get().shape[i]; }
   std::int64_t numel() const { return get().shape.numel(); }
   DType dtype() const { return get().dtype; }
+  /// The type of its gradient (NOTE [precision policy] in ops/cast.hpp): dtype(), except a bf16
+  /// copy of an f32 value, whose gradient is f32.
+  DType grad_dtype() const { return get().grad_dtype; }
   std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype()); }
   Tape<B>& tape() const { return *get().tape; }
   bool requires_grad() const { return get().requires_grad; }
@@ -140,7 +146,8 @@ class Tensor {
     auto impl = std::make_shared<TensorImpl<B>>();
     impl->storage = g;
     impl->shape = get().shape;
-    impl->dtype = get().dtype;
+    impl->dtype = get().grad_dtype;
+    impl->grad_dtype = get().grad_dtype;
     impl->tape = get().tape;
     return Tensor(std::move(impl));
   }
@@ -180,12 +187,25 @@ Tensor<B> make_tensor(Tape<B>* tape, const Shape& shape, DType dt = DType::f32,
       static_cast<std::size_t>(shape.numel()) * dtype_size(dt), c);
   impl->shape = shape;
   impl->dtype = dt;
+  impl->grad_dtype = dt;
   impl->tape = tape;
   return Tensor<B>(std::move(impl));
 }
 template <class B>
 Tensor<B> empty_like(const Tensor<B>& t) {
   return make_tensor<B>(&t.tape(), t.shape(), t.dtype());
+}
+/// Writes zeros over t's buffer, whatever its element type (+0 is all zero bits in f32, bf16
+/// and i32): floats over whole 4-byte words, the copy of one zero for an odd bf16 tail.
+template <class B>
+void zero_fill(const Tensor<B>& t) {
+  const std::size_t bytes = t.bytes(), words = bytes / sizeof(float);
+  if (words) B::fill(static_cast<float*>(t.storage()->data()), static_cast<std::int64_t>(words), 0.0f);
+  if (bytes % sizeof(float)) {
+    const std::uint16_t zero = 0;
+    B::copy_from_host(static_cast<char*>(t.storage()->data()) + words * sizeof(float), &zero,
+                      bytes % sizeof(float));
+  }
 }
 /// An output a checkpoint replay records without computing it: `shape` and `dt`, no bytes,
 /// and data() throws (NOTE [replay only what backward needs], core/segment.hpp).
@@ -196,6 +216,7 @@ Tensor<B> skipped_tensor(Tape<B>* tape, const Shape& shape, DType dt) {
   impl->storage->mark_skipped();
   impl->shape = shape;
   impl->dtype = dt;
+  impl->grad_dtype = dt;
   impl->tape = tape;
   return Tensor<B>(std::move(impl));
 }
@@ -207,6 +228,7 @@ Tensor<B> alias(const Tensor<B>& t, const Shape& shape) {
   impl->storage = t.storage();
   impl->shape = shape;
   impl->dtype = t.dtype();
+  impl->grad_dtype = t.impl()->grad_dtype;
   impl->tape = &t.tape();
   impl->known_lo = t.impl()->known_lo;  // the same elements
   impl->known_hi = t.impl()->known_hi;

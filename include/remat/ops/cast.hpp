@@ -2,6 +2,24 @@
 // SPDX-License-Identifier: MIT
 // Element-type conversion between fp32 and bf16, the one place a value changes type: the
 // rounding is core/bf16.hpp's (nearest even, NaN kept), the same on every backend.
+//
+// NOTE [precision policy]
+// How remat computes in bf16 (issue 27; the ops that take bf16 so far: to_dtype, matmul, linear):
+// - Parameters, their gradients and the optimizer's state stay f32 (a bf16 leaf cannot require
+//   grad). A model computes in bf16 by casting once, with a recorded op: to_dtype(w, bf16). A
+//   checkpoint replay re-runs the cast like any op: there is no ambient mode to capture.
+// - Such a bf16 copy of an f32 value has an f32 gradient (TensorImpl::grad_dtype): the products
+//   write a weight's gradient in fp32 (x^T dy summed in fp32, never rounded to bf16), and the
+//   cast hands it back unchanged.
+// - Products (matmul, linear): bf16 operands, exact products summed in fp32, the output bf16,
+//   rounded once to nearest even; linear's bias stays f32 and is added before that rounding,
+//   its residual has the output's type. The gradient of a bf16 activation is bf16: each
+//   contribution is summed in fp32 with the buffer's value and rounded once.
+// - Every other op computes in f32 for now and refuses bf16 with a hint to widen.
+// Against PyTorch's autocast: autocast casts inside each op (a weight cache per forward) and
+// computes a weight's gradient in bf16 before widening it; here the casts are the model's own
+// ops and dW is fp32 from the GEMM. llm.c keeps bf16 parameters and gradients with optional
+// fp32 masters; here the masters and gradients are always fp32.
 
 #include <array>
 
@@ -16,8 +34,9 @@ inline bool castable(DType t) { return t == DType::f32 || t == DType::bf16; }
 }  // namespace detail
 
 // y = x as type `to` (f32 -> bf16 rounds to nearest even; bf16 -> f32 is exact).
-// dy/dx = 1: dx (+)= dy as x's type (a bf16 x gets its gradient rounded once to bf16, as its
-// values were; an f32 x gets a bf16 dy exactly). Keeps nothing but x's type.
+// dy/dx = 1: dx (+)= dy in x's gradient type. y's gradient is f32 either way (NOTE [precision
+// policy]): a bf16 copy of an f32 weight passes an fp32 gradient back unrounded, and a bf16 x
+// gets its gradient rounded once to bf16, as its values were. Keeps nothing.
 struct CastOp {
   static constexpr const char* name = "to_dtype";
   // y (n) = x converted from `from` to `to`; add: y += x converted, the sum taken in fp32 and
@@ -38,30 +57,38 @@ struct CastOp {
   };
   template <class B>
   struct Saved {
-    DType from = DType::f32, to = DType::f32;
     template <class F> void each(F) const {}
   };
   template <class B>
-  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, DType to) {
-    s.from = x.dtype();
-    s.to = to;
+  static Tensor<B> forward(Saved<B>&, const Tensor<B>& x, DType to) {
     auto y = detail::make_tensor<B>(&x.tape(), x.shape(), to);
-    run_kernel<B>(Convert{y.template data<void>(), to, x.template data<void>(), s.from, x.numel(), false});
+    y.impl()->grad_dtype = DType::f32;
+    run_kernel<B>(Convert{y.template data<void>(), to, x.template data<void>(), x.dtype(), x.numel(), false});
     return y;
   }
   template <class B>
-  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+  static void backward(const Saved<B>&, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
-    run_kernel<B>(Convert{dinp[0].template data<void>(), s.from, dout.template data<void>(), s.to,
-                          dout.numel(), !detail::fresh_at(fresh, 0)});
+    run_kernel<B>(Convert{dinp[0].template data<void>(), dinp[0].dtype(), dout.template data<void>(),
+                          dout.dtype(), dout.numel(), !detail::fresh_at(fresh, 0)});
   }
 };
 
 using CastKernels = KernelList<CastOp::Convert>;
 
+namespace detail {
+/// dst = src, or dst += src (summed in fp32, rounded once to dst's type): a gradient handed on
+/// between buffers of any two of f32 and bf16.
+template <class B>
+void convert_into(const Tensor<B>& dst, const Tensor<B>& src, bool add) {
+  run_kernel<B>(CastOp::Convert{dst.template data<void>(), dst.dtype(), src.template data<void>(),
+                                src.dtype(), src.numel(), add});
+}
+}  // namespace detail
+
 /// x as element type `to` (DType::f32 or DType::bf16): fp32 -> bf16 rounds to nearest even
 /// (a NaN stays a NaN, values beyond bf16's range become infinities), bf16 -> fp32 is exact.
-/// The gradient flows back converted to x's type. Returns x itself when it already is `to`.
+/// The gradient flows back converted to x's gradient type; the result's gradient is f32. Returns x itself when it already is `to`.
 template <class B>
 Tensor<B> to_dtype(const Tensor<B>& x, DType to) {
   REMAT_CHECK(x.defined(), "remat::to_dtype: x is an undefined tensor");

@@ -8,9 +8,10 @@
 #include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
+#include "remat/ops/matmul.hpp"
 
 namespace remat {
 
-using OpKernels = JoinKernels<CastKernels, BinaryKernels, NormKernels>;
+using OpKernels = JoinKernels<CastKernels, BinaryKernels, NormKernels, MatmulKernels>;
 
 }  // namespace remat

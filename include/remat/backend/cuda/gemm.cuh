@@ -73,6 +73,22 @@ struct CudaGemm {
                                       plan.d, D, plan.d, &plan.algo, workspace, ws, ctx.stream()));
     return true;
   }
+  /// Row-major D (M, N) (fp32, leading dimension ldd) = op(A) op(B) + beta D with A and B bf16
+  /// (ldA, ldB as in gemm), fp32 products and sums (cublasGemmEx, CUBLAS_COMPUTE_32F).
+  static void gemm_bf16(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                        const void* a, std::int64_t lda, const void* b, std::int64_t ldb,
+                        float beta, float* d, std::int64_t ldd) {
+    if (M == 0 || N == 0) return;
+    const float alpha = 1.0f;
+    device_counters().gemms.fetch_add(1, std::memory_order_relaxed);
+    const ProfileScope profile(Context::get().stream(), [&] { return shape_name("cublasGemmEx bf16", M, N, K); });
+    REMAT_CUBLAS_CHECK(cublasGemmEx(Context::get().cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
+                                    static_cast<int>(M), static_cast<int>(K), &alpha, b,
+                                    CUDA_R_16BF, static_cast<int>(ldb), a, CUDA_R_16BF,
+                                    static_cast<int>(lda), &beta, d, CUDA_R_32F,
+                                    static_cast<int>(ldd), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
   /// `batch` GEMMs at strides sa, sb, sc. A shared C (sc == 0, a gradient summed over the
   /// batch) runs as a sequence on the stream, which orders the accumulation.
   static void gemm_batched(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,

@@ -25,6 +25,7 @@
 #include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
+#include "remat/ops/matmul.hpp"
 
 namespace remat {
 namespace cuda {
@@ -166,6 +167,41 @@ __global__ void convert_kernel(void* y, DType to, const void* x, DType from, std
       out[i] = add ? out[i] + v : v;
     }
   }
+}
+// c (M, N) at ldc, of type ct = acc (M, N) + bias (N) + r (M, N, at ldc; type ct) + c, each
+// term only where given, rounded once (GemmKernel's finish, as the CPU's typed_gemm.hpp)
+template <int = 0>
+__global__ void gemm_finish_kernel(void* c, DType ct, std::int64_t ldc, const float* acc,
+                                   const float* bias, const void* r, bool accumulate,
+                                   std::int64_t M, std::int64_t N) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M * N;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = i / N, col = i % N, e = row * ldc + col;
+    auto load = [ct](const void* p, std::int64_t j) {
+      return ct == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(p)[j]) : static_cast<const float*>(p)[j];
+    };
+    float v = acc[i];
+    if (bias) v += bias[col];
+    if (r) v += load(r, e);
+    if (accumulate) v += load(c, e);
+    if (ct == DType::bf16) static_cast<bf16*>(c)[e] = math::to_bf16(v);
+    else static_cast<float*>(c)[e] = v;
+  }
+}
+// y (N) (+)= the column sums of x (rows, N): a thread a column, down the rows in order in
+// fp32 (the CPU's order: the same bits), rounded once to y's type
+template <int = 0>
+__global__ void column_sum_kernel(void* y, DType yt, const void* x, DType xt, std::int64_t rows,
+                                  std::int64_t N, bool add) {
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= N) return;
+  float v = 0.0f;
+  for (std::int64_t r = 0; r < rows; ++r)
+    v += xt == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(x)[r * N + c])
+                           : static_cast<const float*>(x)[r * N + c];
+  if (add) v += yt == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(y)[c]) : static_cast<const float*>(y)[c];
+  if (yt == DType::bf16) static_cast<bf16*>(y)[c] = math::to_bf16(v);
+  else static_cast<float*>(y)[c] = v;
 }
 // y (rows, C) = a op b, a (a_col) or b a column (rows): one value a row
 template <int = 0>
@@ -404,6 +440,38 @@ struct CudaNn {
     if (k.n == 0) return;
     REMAT_CUDA_LAUNCH(convert_kernel<>, grid_for(k.n), 256, 0, s(), k.y, k.to, k.x, k.from, k.n,
                       k.add);
+  }
+  // cuBLAS writes fp32 (cublasGemmEx); a C it cannot write as it is gets an fp32 matrix and
+  // gemm_finish_kernel (CudaSizes::scratch(GemmKernel)), matrix by matrix; a shared C
+  // (sc == 0) sums the batch with beta 1.
+  static void run(const GemmKernel& k) {
+    if (k.M == 0 || k.N == 0 || k.batch == 0) return;
+    const Scratch acc(CudaSizes::scratch(k));
+    const bool direct = acc.as<float>() == nullptr;
+    const bool shared = k.sc == 0 && k.batch > 1;
+    const std::size_t e = dtype_size(k.ab);
+    for (std::int64_t o = 0; o < (shared ? 1 : k.batch); ++o) {
+      float* d = direct ? static_cast<float*>(k.c) + o * k.sc : acc.as<float>();
+      const std::int64_t ldd = direct ? k.ldc : k.N;
+      for (std::int64_t m = shared ? 0 : o; m < (shared ? k.batch : o + 1); ++m) {
+        const bool first = m == (shared ? 0 : o);
+        const float beta = !first || (direct && k.accumulate) ? 1.0f : 0.0f;
+        CudaGemm::gemm_bf16(k.ta, k.tb, k.M, k.N, k.K, static_cast<const char*>(k.a) + m * k.sa * e,
+                            k.lda, static_cast<const char*>(k.b) + m * k.sb * e, k.ldb, beta, d, ldd);
+      }
+      if (!direct) {
+        const std::size_t c = dtype_size(k.ct);
+        REMAT_CUDA_LAUNCH(gemm_finish_kernel<>, grid_for(k.M * k.N), 256, 0, s(),
+                          static_cast<char*>(k.c) + o * k.sc * c, k.ct, k.ldc, acc.as<float>(),
+                          k.bias, k.r ? static_cast<const char*>(k.r) + o * k.sc * c : nullptr,
+                          k.accumulate, k.M, k.N);
+      }
+    }
+  }
+  static void run(const ColumnSumKernel& k) {
+    if (k.N == 0) return;
+    REMAT_CUDA_LAUNCH(column_sum_kernel<>, static_cast<unsigned>((k.N + 255) / 256), 256, 0, s(),
+                      k.y, k.yt, k.x, k.xt, k.rows, k.N, k.add);
   }
   static void run(const BinaryOp::ColumnForward& k) {
     if (k.rows * k.C == 0) return;

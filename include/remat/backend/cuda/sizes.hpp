@@ -12,6 +12,7 @@
 
 #include "remat/core/kernel.hpp"
 #include "remat/core/math.hpp"
+#include "remat/ops/matmul.hpp"
 
 namespace remat {
 namespace cuda {
@@ -105,6 +106,13 @@ struct CudaSizes {
   static std::size_t scratch(const K& k) {
     const RowSums r = k.row_sums();
     return r.rows == 0 ? 0 : static_cast<std::size_t>(r.count * kRowSumChunks * r.width) * sizeof(float);
+  }
+  /// A bf16 product (GemmKernel) that cuBLAS cannot write as it is (a bf16 C, a bias or a
+  /// residual to add before the rounding): one fp32 (M, N) matrix that cuBLAS writes and a
+  /// kernel finishes into C, matrix by matrix (gemm.cuh). An fp32 C without them: none.
+  static std::size_t scratch(const GemmKernel& k) {
+    if (k.M * k.N * k.batch == 0 || (k.ct == DType::f32 && !k.bias && !k.r)) return 0;
+    return static_cast<std::size_t>(k.M * k.N) * sizeof(float);
   }
   /// binary_backward column-sums the gradient of a broadcast operand (da, then db, through one
   /// scratch).

@@ -21,8 +21,6 @@
 #include "remat/backend/cuda/emulation/runtime.hpp"
 #include "remat/core/math.hpp"
 
-enum cudaDataType_t { CUDA_R_32F = 0 };
-enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 };
 enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
@@ -294,7 +292,7 @@ inline cublasStatus_t lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cons
   ctx.math = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
   const float* Ap = static_cast<const float*>(A);
   const float* Bp = static_cast<const float*>(B);
-  const cublasStatus_t st = sgemm_reference(
+  const cublasStatus_t st = gemm_reference(
       &ctx, d->ta, d->tb, m, n, k, static_cast<const float*>(alpha), Ap, static_cast<int>(Ad->ld),
       0, Bp, static_cast<int>(Bd->ld), 0, static_cast<const float*>(beta), Dp,
       static_cast<int>(Dd->ld), 0, 1);

@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: MIT
+// matmul and linear with bf16 operands (ops/matmul.hpp's GemmKernel; the CPU's tiles in
+// backend/cpu/typed_gemm.hpp): every output element is the exact product of the bf16 values,
+// summed in fp32 and rounded once (so it is round_bf16 of the exact result but where the exact
+// result lies within fp32's error of a rounding midpoint), an fp32 gradient buffer gets the
+// fp32 sum unrounded, bf16 outputs hold two bytes an element in the ledger and the estimate,
+// checkpointed = plain, and mixed operands are refused.
+
+#include <cmath>
+#include <cstring>
+
+#include <remat/plan/estimate.hpp>
+#include <remat/testing/equivalence.hpp>
+
+#include "support/gradcheck.hpp"
+#include "support/require_error.hpp"
+
+using namespace remat;
+using remat_test::require_error;
+using remat_test::T;
+
+namespace {
+
+// The exact (double) C (M, N) = op(A) op(B) (+ bias) of row-major host matrices.
+std::vector<double> product(const std::vector<float>& a, const std::vector<float>& b, bool ta,
+                            bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                            const std::vector<float>& bias = {}) {
+  std::vector<double> c(static_cast<std::size_t>(M * N));
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      double s = bias.empty() ? 0.0 : bias[static_cast<std::size_t>(j)];
+      for (std::int64_t l = 0; l < K; ++l)
+        s += static_cast<double>(a[static_cast<std::size_t>(ta ? l * M + i : i * K + l)]) *
+             b[static_cast<std::size_t>(tb ? j * K + l : l * N + j)];
+      c[static_cast<std::size_t>(i * N + j)] = s;
+    }
+  return c;
+}
+
+// How a bf16 result compares with the exact one: elements that are not round_bf16(exact), and
+// the largest error relative to the largest exact element (a bf16 rounding: at most 2^-8).
+struct Bf16Match {
+  std::size_t off = 0, n = 0;
+  double worst = 0;
+};
+Bf16Match compare_bf16(const std::vector<float>& got, const std::vector<double>& exact) {
+  Bf16Match m;
+  m.n = got.size();
+  double e = 0, top = 1e-30;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != math::round_bf16(static_cast<float>(exact[i]))) ++m.off;
+    e = std::max(e, std::fabs(got[i] - exact[i]));
+    top = std::max(top, std::fabs(exact[i]));
+  }
+  m.worst = e / top;
+  return m;
+}
+
+// bf16-representable random values (a bf16 tensor's widened values)
+T rounded(Tape<Cpu>& tape, const Shape& s, std::uint64_t seed, bool grad = false) {
+  const std::vector<float> v = tape.randn(s, 1.0f, seed).to_vector();
+  std::vector<float> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = math::round_bf16(v[i]);
+  const T t = tape.input(s, r);
+  t.set_requires_grad(grad);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 matmul: fp32 sums rounded once, every layout, several tiles and depth blocks",
+          "[ops][bf16][matmul]") {
+  Tape<Cpu> tape(1);
+  // M and K past the CPU's 512 tile and depth (NOTE [bf16 GEMM tiles]): sums across blocks
+  const std::int64_t M = 600, N = 70, K = 1100;
+  for (int form = 0; form < 4; ++form) {
+    const bool ta = form & 1, tb = form & 2;
+    INFO("ta " << ta << " tb " << tb);
+    const T a = rounded(tape, ta ? Shape{K, M} : Shape{M, K}, 10 + form);
+    const T b = rounded(tape, tb ? Shape{N, K} : Shape{K, N}, 20 + form);
+    const T c = matmul(to_dtype(a, DType::bf16), to_dtype(b, DType::bf16), ta, tb);
+    REQUIRE(c.dtype() == DType::bf16);
+    REQUIRE(c.shape() == (Shape{M, N}));
+    const Bf16Match m = compare_bf16(c.to_vector(), product(a.to_vector(), b.to_vector(), ta, tb, M, N, K));
+    INFO(m.off << " of " << m.n << " elements not round_bf16(exact); worst " << m.worst);
+    // fp32 sums are ~1e-6 off the exact value: a rounding falls the other way only next to a
+    // midpoint (bf16 sums between the blocks would be off at about half the elements)
+    CHECK(m.off * 200 < m.n);
+    CHECK(m.worst <= 1.0 / 256);
+  }
+}
+
+TEST_CASE("bf16 linear: bias and residual before the one rounding; gradients in their buffers' types",
+          "[ops][bf16][matmul][grad]") {
+  Tape<Cpu> tape(2);
+  const std::int64_t R = 530, in = 600, out = 40;
+  const T x = rounded(tape, {R, in}, 1, true), w = rounded(tape, {in, out}, 2, true);
+  const T bias = tape.randn({out}, 1.0f, 3, true), r = rounded(tape, {R, out}, 4);
+  const T xb = to_dtype(x, DType::bf16), wb = to_dtype(w, DType::bf16);
+  const T h = linear(xb, wb, bias, to_dtype(r, DType::bf16));
+  REQUIRE(h.dtype() == DType::bf16);
+  REQUIRE(h.grad_dtype() == DType::bf16);
+  std::vector<double> want = product(x.to_vector(), w.to_vector(), false, false, R, out, in, bias.to_vector());
+  const std::vector<float> rv = r.to_vector();
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] += rv[i];
+  const Bf16Match m = compare_bf16(h.to_vector(), want);
+  INFO(m.off << " of " << m.n << " not round_bf16(exact)");
+  CHECK(m.off * 200 < m.n);
+  CHECK(m.worst <= 1.0 / 256);
+
+  // loss = sum(f32(h) * g): dh = g rounded to bf16 (h's gradient is bf16); then dW = x^T dh,
+  // db = column sums of dh in x's and w's f32 buffers, and dx = dh W^T in fp32
+  const T g = tape.randn({R, out}, 1.0f, 5);
+  tape.backward(sum(to_dtype(h, DType::f32) * g));
+  std::vector<float> dh = g.to_vector();
+  for (float& v : dh) v = math::round_bf16(v);
+  REQUIRE(w.grad().dtype() == DType::f32);
+  REQUIRE(bias.grad().dtype() == DType::f32);
+  auto rel = [](const std::vector<float>& got, const std::vector<double>& exact) {
+    double e = 0, m = 1e-30;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      e = std::max(e, std::fabs(got[i] - exact[i]));
+      m = std::max(m, std::fabs(exact[i]));
+    }
+    return e / m;
+  };
+  // fp32 sums of exact products: fp32 accuracy, far inside one bf16 step (2^-8 = 3.9e-3)
+  const double ew = rel(w.grad().to_vector(), product(x.to_vector(), dh, true, false, in, out, R));
+  const double ex = rel(x.grad().to_vector(), product(dh, w.to_vector(), false, true, R, in, out));
+  std::vector<double> db(static_cast<std::size_t>(out), 0.0);
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < out; ++j) db[static_cast<std::size_t>(j)] += dh[static_cast<std::size_t>(i * out + j)];
+  const double eb = rel(bias.grad().to_vector(), db);
+  INFO("rel errors dW " << ew << " dx " << ex << " db " << eb);
+  CHECK(ew < 1e-5);
+  CHECK(ex < 1e-5);
+  CHECK(eb < 1e-5);
+}
+
+TEST_CASE("bf16 matmul: a bf16 gradient buffer is written, then added into, rounded once each",
+          "[ops][bf16][matmul][grad]") {
+  Tape<Cpu> tape(3);
+  const std::int64_t M = 20, K = 30, N = 10;
+  const T a = rounded(tape, {M, K}, 1, true), b = rounded(tape, {K, N}, 2, true);
+  const T h = matmul(to_dtype(a, DType::bf16), to_dtype(b, DType::bf16));  // bf16, grad bf16
+  const T c = rounded(tape, {N, N}, 3);
+  const T cb = to_dtype(c, DType::bf16);
+  // h is used twice: its gradient is g1 = dy1 c^T (written, rounded), then g2 added (rounded)
+  const T y1 = matmul(h, cb), y2 = matmul(h, cb, false, true);
+  const T s1 = tape.randn({M, N}, 1.0f, 4), s2 = tape.randn({M, N}, 1.0f, 5);
+  tape.backward(sum(to_dtype(y1, DType::f32) * s1) + sum(to_dtype(y2, DType::f32) * s2));
+  auto round_all = [](std::vector<float> v) {
+    for (float& x : v) x = math::round_bf16(x);
+    return v;
+  };
+  // y2 was recorded last, so its contribution reaches h's buffer first
+  const std::vector<float> d1 = round_all(s1.to_vector()), d2 = round_all(s2.to_vector());
+  const std::vector<double> g2 = product(d2, c.to_vector(), false, false, M, N, N);
+  const std::vector<double> g1 = product(d1, c.to_vector(), false, true, M, N, N);
+  std::vector<float> dh(g1.size());
+  for (std::size_t i = 0; i < dh.size(); ++i)
+    dh[i] = math::round_bf16(math::round_bf16(static_cast<float>(g2[i])) + static_cast<float>(g1[i]));
+  // dA = dh b^T with the bf16 dh: exact products summed in fp32 (K = 10 terms here)
+  const std::vector<double> da = product(dh, b.to_vector(), false, true, M, K, N);
+  const std::vector<float> got = a.grad().to_vector();
+  double e = 0, m = 1e-30;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    e = std::max(e, std::fabs(got[i] - da[i]));
+    m = std::max(m, std::fabs(da[i]));
+  }
+  INFO("rel error " << e / m);
+  CHECK(e / m < 1e-4);  // a dh other than the two roundings above would be ~1e-3 off
+}
+
+TEST_CASE("bf16 products: two bytes an output element in the ledger and the estimate, checkpointed = plain",
+          "[ops][bf16][matmul][memory]") {
+  auto program = [](auto& t) {
+    using B = typename std::decay_t<decltype(t)>::backend;
+    const Tensor<B> x = t.randn({4, 32, 64}, 1.0f, 1, true), w = t.randn({64, 96}, 1.0f, 2, true);
+    const Tensor<B> bias = t.randn({96}, 1.0f, 3, true);
+    const Tensor<B> wb = to_dtype(w, DType::bf16), xb = to_dtype(x, DType::bf16);
+    reset_peak_memory<B>();
+    const std::int64_t live0 = memory_stats<B>().live_total;
+    const Tensor<B> h = linear(xb, wb, bias);  // (4, 32, 96) bf16
+    CHECK(memory_stats<B>().live_total - live0 == 4 * 32 * 96 * 2);
+    const Tensor<B> y = matmul(h, wb, false, true);  // (4, 32, 64) bf16
+    t.backward(sum(to_dtype(y, DType::f32)));
+  };
+  Tape<Cpu> tape(4);
+  program(tape);
+  const std::int64_t measured = memory_stats<Cpu>().peak_total;
+  const auto est = estimate_memory<Cpu>([&](auto& t) { program(t); });
+  CHECK(est.peak_total == measured);
+
+  const T x = tape.randn({2, 16, 40}, 1.0f, 5, true), w = tape.randn({40, 40}, 1.0f, 6, true);
+  const T bias = tape.randn({40}, 1.0f, 7, true);
+  const auto r = testing::compare_runs(
+      tape,
+      [&](bool ck) {
+        const T wb = to_dtype(w, DType::bf16);
+        auto block = [&](const T& in) {
+          const T h = linear(in, wb, bias);
+          return linear(h, wb, bias, in);  // a residual block in bf16
+        };
+        const T xb = to_dtype(x, DType::bf16);
+        const T y = ck ? checkpoint(block, xb) : block(xb);
+        return sum(to_dtype(ck ? checkpoint(block, y) : block(y), DType::f32));
+      },
+      {x, w, bias});
+  INFO(r.detail);
+  CHECK(r.equal);
+}
+
+TEST_CASE("bf16 products: errors", "[ops][bf16][matmul][errors]") {
+  Tape<Cpu> tape(5);
+  const T a = tape.randn({3, 4}, 1.0f, 1), b = tape.randn({4, 2}, 1.0f, 2);
+  const T ab = to_dtype(a, DType::bf16), bb = to_dtype(b, DType::bf16);
+  require_error([&] { (void)matmul(ab, b); },
+                {"remat::matmul", "a is bf16 [3, 4]", "b is f32 [4, 2]", "both f32 or both bf16",
+                 "to_dtype(b, DType::bf16)"});
+  const T bias = tape.randn({2}, 1.0f, 3);
+  require_error([&] { (void)linear(a, bb, bias); },
+                {"remat::linear", "x is f32", "weight is bf16", "to_dtype(x, DType::bf16)"});
+  require_error([&] { (void)linear(ab, bb, to_dtype(bias, DType::bf16)); },
+                {"remat::linear", "bias must be f32, found bf16"});
+  require_error([&] { (void)linear(ab, bb, bias, tape.randn({3, 2}, 1.0f, 4)); },
+                {"remat::linear", "residual is f32 [3, 2]", "expected bf16"});
+}
