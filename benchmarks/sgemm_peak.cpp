@@ -3,7 +3,10 @@
 // (OpenBLAS where it is linked), at large square sizes and at GPT-2 124M's step shapes, so a
 // step's achieved GFLOP/s can be read against the core's real peak (benchmarks/compare_torch.py
 // prints both). Pin it as the step is pinned: `taskset -c 0 build/benchmarks/sgemm_peak --threads 1`.
-// Prints one JSON line: the best of --repeats runs per shape, in GFLOP/s.
+// Prints one JSON line: the best of --repeats runs per shape, in GFLOP/s. With --bf16, each GPT
+// shape also through the bf16 product (GemmKernel: bf16 A and B widened tile by tile for the
+// same sgemm, NOTE [bf16 GEMM tiles]; bf16 C, or fp32 C for the weight gradient), and the ratio
+// of its time to fp32's.
 
 #include <cstdio>
 #include <string>
@@ -18,8 +21,10 @@
 int main(int argc, char** argv) {
   CLI::App app{"fp32 GEMM GFLOP/s through remat's CPU GEMM"};
   int threads = 1, repeats = 5;
+  bool bf16 = false;
   app.add_option("--threads", threads, "threads (OpenBLAS, OpenMP)")->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats, "runs per shape; the best counts")->check(CLI::PositiveNumber);
+  app.add_flag("--bf16", bf16, "also the GPT shapes with bf16 operands (GemmKernel)");
   CLI11_PARSE(app, argc, argv);
   remat::set_num_threads(threads);
   struct Shape {
@@ -50,8 +55,25 @@ int main(int argc, char** argv) {
       const double dt = remat_bench::now_s() - t0;
       if (r > 0) best = std::max(best, 2.0 * s.m * s.n * s.k / dt / 1e9);
     }
-    if (std::string(s.name).rfind("square", 0) == 0) best_square = std::max(best_square, best);
+    const bool square = std::string(s.name).rfind("square", 0) == 0;
+    if (square) best_square = std::max(best_square, best);
     out += std::string(",\"") + s.name + "_gflops\":" + std::to_string(best);
+    if (!bf16 || square) continue;
+    const std::vector<remat::bf16> ab(a.size(), remat::math::to_bf16(0.5f)), bb(b.size(), remat::math::to_bf16(0.25f));
+    std::vector<remat::bf16> cb(c.size());
+    const bool fp32_out = s.ta;  // a weight gradient: fp32 C
+    double best16 = 0.0;
+    for (int r = 0; r < repeats + 1; ++r) {
+      const double t0 = remat_bench::now_s();
+      remat::run_kernel<remat::Cpu>(remat::GemmKernel{
+          fp32_out ? static_cast<void*>(c.data()) : static_cast<void*>(cb.data()),
+          fp32_out ? remat::DType::f32 : remat::DType::bf16, s.n, 0, ab.data(), lda, 0, bb.data(),
+          ldb, 0, remat::DType::bf16, nullptr, nullptr, s.ta, s.tb, false, s.m, s.n, s.k, 1});
+      const double dt = remat_bench::now_s() - t0;
+      if (r > 0) best16 = std::max(best16, 2.0 * s.m * s.n * s.k / dt / 1e9);
+    }
+    out += std::string(",\"") + s.name + "_bf16_gflops\":" + std::to_string(best16) + ",\"" +
+           s.name + "_bf16_time_ratio\":" + std::to_string(best / best16);
   }
   out += ",\"peak_gflops\":" + std::to_string(best_square) + ",\"libs\":" +
          remat_bench::loaded_libs_json() + "}";

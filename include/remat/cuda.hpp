@@ -14,8 +14,8 @@
 // - ids and targets made by Tape::tokens carry their range (core/tensor.hpp: int_range), so
 //   the embedding's and cross-entropy's range checks read nothing (any other i32 tensor is
 //   read with minmax_i32);
-// - the loss stays on the device: cross_entropy_forward averages the rows there (mean_kernel),
-//   cross_entropy_backward reads the loss's gradient there; the host reads it at loss.item();
+// - the loss stays on the device: the cross-entropy kernel averages the rows there (mean_kernel),
+//   its backward reads the loss's gradient there; the host reads it at loss.item();
 // - clipping computes the gradient norm and its factor and scales on the device
 //   (clip_norm_many, NOTE [clipping on the device]); optim::clip_grad_norm_ returns the norm
 //   as a tensor, read only when printed (optim::clip_grad_norm reads it: one copy).

@@ -148,14 +148,14 @@ TEST_CASE("the CPU kernels take no heap memory behind the ledger", "[heap]") {
   const Shape xs{rows, C};
   const int perm[2] = {1, 0};
   const std::vector<std::pair<const char*, std::function<void()>>> kernels = {
-      {"layer_norm_forward", [&] { Cpu::run(LayerNormOp::Forward{y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C, 1e-5f}); }},
-      {"layer_norm_backward", [&] { Cpu::run(LayerNormOp::Backward{dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, C, false, false, false}); }},
+      {"layer_norm_forward", [&] { Cpu::run(LayerNormOp::Forward{y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C, 1e-5f, DType::f32}); }},
+      {"layer_norm_backward", [&] { Cpu::run(LayerNormOp::Backward{dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, C, false, false, false, DType::f32, DType::f32, DType::f32}); }},
       {"softmax_forward", [&] { Cpu::softmax_forward(y.data(), x.data(), rows, C); }},
       {"softmax_backward", [&] { Cpu::softmax_backward(dx.data(), y.data(), dy.data(), rows, C); }},
       {"attention_forward", [&] { Cpu::attention_forward(L, o.data(), p.data(), q.data(), k.data(), v.data(), 0.17f, true); }},
       {"attention_backward", [&] { Cpu::attention_backward(L, dq.data(), dk.data(), dv.data(), dO.data(), o.data(), q.data(), k.data(), v.data(), p.data(), 0.17f, true); }},
-      {"cross_entropy_forward", [&] { Cpu::cross_entropy_forward(&loss, lse.data(), logits.data(), ids.data(), rows, V, V); }},
-      {"cross_entropy_backward", [&] { Cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), ids.data(), rows, V, V, &dloss); }},
+      {"cross_entropy_forward", [&] { Cpu::run(CrossEntropyOp::Forward{&loss, lse.data(), logits.data(), ids.data(), rows, V, V, DType::f32}); }},
+      {"cross_entropy_backward", [&] { Cpu::run(CrossEntropyOp::Backward{dlogits.data(), logits.data(), lse.data(), ids.data(), &dloss, rows, V, V, false, DType::f32, DType::f32}); }},
       {"embedding_forward", [&] { Cpu::embedding_forward(y.data(), x.data(), ids.data(), rows, C); }},
       {"embedding_backward", [&] { Cpu::embedding_backward(dx.data(), dy.data(), ids.data(), rows, 64, C); }},
       {"gelu_forward", [&] { Cpu::gelu_forward(y.data(), x.data(), n); }},

@@ -148,6 +148,27 @@ const std::vector<OpCase<B>>& op_cases() {
          const T h = linear(xb, to_dtype(x[1], DType::bf16), x[2]);
          return to_dtype(linear(h, w2, x[4], xb), DType::f32) + to_dtype(matmul(h, w2), DType::f32);
        }, Fd::kinked},
+      // the norms on a bf16 product's output: x, y, dy and dx bf16; statistics, w, b and their
+      // gradients f32
+      {"layer_norm_bf16", {{{3, 5, 40}}, {{40, 40}}, {{40}, 0.2f, 1.0f}, {{40}}},
+       [](const V& x) {
+         const T h = matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16));
+         return to_dtype(layer_norm(h, x[2], x[3]), DType::f32);
+       }, Fd::kinked},
+      {"rms_norm_bf16", {{{3, 5, 40}}, {{40, 40}}, {{40}, 0.2f, 1.0f}},
+       [](const V& x) {
+         const T h = matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16));
+         return to_dtype(rms_norm(h, x[2], 1e-5f), DType::f32);
+       }, Fd::kinked},
+      // cross-entropy on a bf16 product's logits (bf16 dlogits written over them), padded;
+      // and on a bf16 copy (f32 dlogits in a buffer of their own)
+      {"cross_entropy_bf16", {{{2, 9, 20}}, {{20, 48}}},
+       [targets](const V& x) {
+         const T logits = matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16));
+         return cross_entropy(logits, targets(x[0].tape(), 18, 40, 2), 40);
+       }, Fd::kinked},
+      {"cross_entropy_cast_bf16", {{{2, 9, 40}, 2.0f}},
+       [targets](const V& x) { return cross_entropy(to_dtype(x[0], DType::bf16), targets(x[0].tape(), 18, 40, 2)); }, Fd::kinked},
       {"max_axis", {{{4, 33, 6}}}, [](const V& x) { return max(x[0], 1); }, Fd::kinked},
       {"max_last", {{{5, 300}}}, [](const V& x) { return max(x[0], -1, true); }, Fd::kinked},
       // at the benchmark's shapes (issue 12): GPT-2's head size 64 and 128, T not a multiple of

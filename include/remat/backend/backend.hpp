@@ -100,8 +100,6 @@ math::UnaryKind uk();
   X(attention_forward, (layout(), pf(), pf(), cf(), cf(), cf(), f(), b()))                      \
   X(attention_backward,                                                                         \
     (layout(), pf(), pf(), pf(), cf(), cf(), cf(), cf(), cf(), cf(), f(), b(), b(), b(), b()))  \
-  X(cross_entropy_forward, (pf(), pf(), cf(), ci(), n(), n(), n()))                             \
-  X(cross_entropy_backward, (pf(), cf(), cf(), ci(), n(), n(), n(), cf(), b()))                 \
   X(embedding_forward, (pf(), cf(), ci(), n(), n()))                                            \
   X(embedding_backward, (pf(), cf(), ci(), n(), n(), n(), b()))                                 \
   /* optimizers and clipping */                                                                 \

@@ -314,17 +314,6 @@ struct Meta {
     count(WorkKind::attention, 7 * attention_pair_flops(L, causal), F * L.B * L.H * L.T * (8.0 * L.D + 3));
     const Scratch s(Target::attention_backward_scratch(L));
   }
-  // the logits read once (a max, then the sum of exponentials), N x V; backward: read, write
-  static void cross_entropy_forward(float*, float*, const float*, const std::int32_t*,
-                                    std::int64_t N, std::int64_t V, std::int64_t) {
-    count(WorkKind::loss, 3.0 * N * V, F * (1.0 * N * V + 2.0 * N));
-    const Scratch s(Target::cross_entropy_forward_scratch(N));
-  }
-  static void cross_entropy_backward(float*, const float*, const float*, const std::int32_t*,
-                                     std::int64_t N, std::int64_t V, std::int64_t ld, const float*,
-                                     bool set = false) {
-    count(WorkKind::loss, 3.0 * N * V, F * (2.0 * N * V + 2.0 * N + (set ? N * (ld - V) : 0)));
-  }
   // rows gathered (N of C); backward: the table's V rows written, the N gradient rows read
   static void embedding_forward(float*, const float*, const std::int32_t*, std::int64_t N,
                                 std::int64_t C) {

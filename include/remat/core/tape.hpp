@@ -781,7 +781,7 @@ class Tape {
       return -1;
     const NodeInput<B>& in = node.inputs[static_cast<std::size_t>(i)];
     if (in.id < 0 || grads_[static_cast<std::size_t>(in.id)].defined()) return -1;
-    if (!(in.shape == over->shape()) || in.dtype != over->dtype() || in.dtype != DType::f32) return -1;
+    if (!(in.shape == over->shape()) || in.dtype != over->dtype()) return -1;
     if (over->impl_ptr().use_count() != 1 || over->storage().use_count() != 1 ||
         over->bytes() != over->storage()->bytes())
       return -1;

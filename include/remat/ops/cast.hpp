@@ -4,7 +4,8 @@
 // rounding is core/bf16.hpp's (nearest even, NaN kept), the same on every backend.
 //
 // NOTE [precision policy]
-// How remat computes in bf16 (issue 27; the ops that take bf16 so far: to_dtype, matmul, linear):
+// How remat computes in bf16 (issue 27; the ops that take bf16 so far: to_dtype, matmul, linear,
+// layer_norm, rms_norm, cross_entropy):
 // - Parameters, their gradients and the optimizer's state stay f32 (a bf16 leaf cannot require
 //   grad). A model computes in bf16 by casting once, with a recorded op: to_dtype(w, bf16). A
 //   checkpoint replay re-runs the cast like any op: there is no ambient mode to capture.
@@ -15,6 +16,11 @@
 //   rounded once to nearest even; linear's bias stays f32 and is added before that rounding,
 //   its residual has the output's type. The gradient of a bf16 activation is bf16: each
 //   contribution is summed in fp32 with the buffer's value and rounded once.
+// - Norms (layer_norm, rms_norm): bf16 rows in and out, the mean and rstd fp32 (saved as f32),
+//   weight and bias f32; every sum in fp32; dx in x's gradient type, dw and db fp32.
+// - cross_entropy: bf16 logits widened as read; the log-sum-exp, the loss and its mean in fp32;
+//   the logits' gradient rounded once (the target's term subtracted first), written over the
+//   logits when nothing else holds them, as in f32.
 // - Every other op computes in f32 for now and refuses bf16 with a hint to widen.
 // Against PyTorch's autocast: autocast casts inside each op (a weight cache per forward) and
 // computes a weight's gradient in bf16 before widening it; here the casts are the model's own

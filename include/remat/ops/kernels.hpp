@@ -8,10 +8,11 @@
 #include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
+#include "remat/ops/loss.hpp"
 #include "remat/ops/matmul.hpp"
 
 namespace remat {
 
-using OpKernels = JoinKernels<CastKernels, BinaryKernels, NormKernels, MatmulKernels>;
+using OpKernels = JoinKernels<CastKernels, BinaryKernels, NormKernels, MatmulKernels, LossKernels>;
 
 }  // namespace remat

@@ -1,7 +1,9 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // The norms over the last axis, fused: one pass forward saving the row statistics, one
-// backward; their kernels are declared here (NOTE [op kernels] in core/kernel.hpp).
+// backward; their kernels are declared here (NOTE [op kernels] in core/kernel.hpp). x and y
+// are f32 or bf16 (the same type; NOTE [precision policy] in ops/cast.hpp), the statistics, the
+// parameters and their gradients f32, every sum in fp32; dx in x's gradient type.
 
 #include <array>
 
@@ -15,7 +17,10 @@ namespace detail {
 template <class B>
 std::int64_t norm_width(const char* op, const Tensor<B>& x, const Tensor<B>& w,
                         const Tensor<B>* b = nullptr) {
-  check_f32(op, "x", x);
+  REMAT_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "remat::", op, ": x is ",
+              dtype_name(x.dtype()), " ", x.shape().str(), " (expected f32 or bf16)");
+  check_f32(op, "weight", w);
+  if (b) check_f32(op, "bias", *b);
   check_nonempty(op, "x", x);
   const std::int64_t C = x.shape()[-1];
   REMAT_CHECK(w.shape() == Shape{C} && (!b || b->shape() == Shape{C}), "remat::", op,
@@ -33,22 +38,33 @@ struct LayerNormOp {
   // y (rows, C) = (x - mean) rstd w + b; mean, rstd (rows) written
   struct Forward {
     static constexpr const char* name = "layer_norm_forward";
-    float *y, *mean, *rstd;
-    const float *x, *w, *b;
+    void* y;
+    float *mean, *rstd;
+    const void* x;
+    const float *w, *b;
     std::int64_t rows, C;
     float eps;
-    void work(Work& k) const { k.add(WorkKind::norm, 8.0 * rows * C, 4.0 * (2.0 * rows * C + 2.0 * C + 2.0 * rows)); }
+    DType t = DType::f32;  // x's and y's
+    void work(Work& k) const {
+      k.add(WorkKind::norm, 8.0 * rows * C, 2.0 * dtype_size(t) * rows * C + 4.0 * (2.0 * C + 2.0 * rows));
+    }
   };
   // dx (+)= rstd (g - mean(g) - xhat mean(g xhat)), dw (+)= sum_rows dy xhat, db (+)= sum_rows
   // dy; a null output is a gradient not asked for; set_*: that buffer is written (=), not added
   // into (NOTE [fresh gradient buffers])
   struct Backward {
     static constexpr const char* name = "layer_norm_backward";
-    float *dx, *dw, *db;
-    const float *dy, *x, *w, *mean, *rstd;
+    void* dx;
+    float *dw, *db;
+    const void *dy, *x;
+    const float *w, *mean, *rstd;
     std::int64_t rows, C;
     bool set_dx, set_dw, set_db;
-    void work(Work& k) const { k.add(WorkKind::norm, 12.0 * rows * C, 4.0 * (3.0 * rows * C + 3.0 * C + 2.0 * rows)); }
+    DType dxt = DType::f32, dyt = DType::f32, xt = DType::f32;
+    void work(Work& k) const {
+      k.add(WorkKind::norm, 12.0 * rows * C,
+            (1.0 * dtype_size(dxt) + dtype_size(dyt) + dtype_size(xt)) * rows * C + 4.0 * (3.0 * C + 2.0 * rows));
+    }
     RowSums row_sums() const { return {2, C, rows}; }  // dw, db
   };
   template <class B>
@@ -65,9 +81,10 @@ struct LayerNormOp {
     auto y = detail::empty_like(x);
     s.mean = detail::make_tensor<B>(&x.tape(), Shape{s.rows});
     s.rstd = detail::make_tensor<B>(&x.tape(), Shape{s.rows});
-    run_kernel<B>(Forward{y.template data<float>(), s.mean.template data<float>(),
-                          s.rstd.template data<float>(), x.template data<float>(),
-                          w.template data<float>(), b.template data<float>(), s.rows, s.C, eps});
+    run_kernel<B>(Forward{y.template data<void>(), s.mean.template data<float>(),
+                          s.rstd.template data<float>(), x.template data<void>(),
+                          w.template data<float>(), b.template data<float>(), s.rows, s.C, eps,
+                          x.dtype()});
     s.x = x;
     s.w = w;
     return y;
@@ -77,11 +94,13 @@ struct LayerNormOp {
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
     auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
-    run_kernel<B>(Backward{ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
-                           s.x.template data<float>(), s.w.template data<float>(),
-                           s.mean.template data<float>(), s.rstd.template data<float>(), s.rows,
-                           s.C, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1),
-                           detail::fresh_at(fresh, 2)});
+    const Tensor<B>& dx = dinp[0];
+    run_kernel<B>(Backward{dx.defined() ? dx.template data<void>() : nullptr, ptr(dinp[1]),
+                           ptr(dinp[2]), dout.template data<void>(), s.x.template data<void>(),
+                           s.w.template data<float>(), s.mean.template data<float>(),
+                           s.rstd.template data<float>(), s.rows, s.C, detail::fresh_at(fresh, 0),
+                           detail::fresh_at(fresh, 1), detail::fresh_at(fresh, 2),
+                           dx.defined() ? dx.dtype() : DType::f32, dout.dtype(), s.x.dtype()});
   }
 };
 
@@ -101,21 +120,32 @@ struct RmsNormOp {
   // y (rows, C) = x rstd w; rstd (rows) written
   struct Forward {
     static constexpr const char* name = "rms_norm_forward";
-    float *y, *rstd;
-    const float *x, *w;
+    void* y;
+    float* rstd;
+    const void* x;
+    const float* w;
     std::int64_t rows, C;
     float eps;
-    void work(Work& k) const { k.add(WorkKind::norm, 5.0 * rows * C, 4.0 * (2.0 * rows * C + C + rows)); }
+    DType t = DType::f32;  // x's and y's
+    void work(Work& k) const {
+      k.add(WorkKind::norm, 5.0 * rows * C, 2.0 * dtype_size(t) * rows * C + 4.0 * (C + rows));
+    }
   };
   // dx (+)= rstd (g - xhat mean(g xhat)), dw (+)= sum_rows dy xhat; a null output is a
   // gradient not asked for; set_*: that buffer is written (=), not added into
   struct Backward {
     static constexpr const char* name = "rms_norm_backward";
-    float *dx, *dw;
-    const float *dy, *x, *w, *rstd;
+    void* dx;
+    float* dw;
+    const void *dy, *x;
+    const float *w, *rstd;
     std::int64_t rows, C;
     bool set_dx, set_dw;
-    void work(Work& k) const { k.add(WorkKind::norm, 9.0 * rows * C, 4.0 * (3.0 * rows * C + 2.0 * C + rows)); }
+    DType dxt = DType::f32, dyt = DType::f32, xt = DType::f32;
+    void work(Work& k) const {
+      k.add(WorkKind::norm, 9.0 * rows * C,
+            (1.0 * dtype_size(dxt) + dtype_size(dyt) + dtype_size(xt)) * rows * C + 4.0 * (2.0 * C + rows));
+    }
     RowSums row_sums() const { return {1, C, rows}; }  // dw
   };
   template <class B>
@@ -130,8 +160,9 @@ struct RmsNormOp {
     s.rows = x.numel() / s.C;
     auto y = detail::empty_like(x);
     s.rstd = detail::make_tensor<B>(&x.tape(), Shape{s.rows});
-    run_kernel<B>(Forward{y.template data<float>(), s.rstd.template data<float>(),
-                          x.template data<float>(), w.template data<float>(), s.rows, s.C, eps});
+    run_kernel<B>(Forward{y.template data<void>(), s.rstd.template data<float>(),
+                          x.template data<void>(), w.template data<float>(), s.rows, s.C, eps,
+                          x.dtype()});
     s.x = x;
     s.w = w;
     return y;
@@ -139,11 +170,13 @@ struct RmsNormOp {
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
-    auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
-    run_kernel<B>(Backward{ptr(dinp[0]), ptr(dinp[1]), dout.template data<float>(),
-                           s.x.template data<float>(), s.w.template data<float>(),
-                           s.rstd.template data<float>(), s.rows, s.C, detail::fresh_at(fresh, 0),
-                           detail::fresh_at(fresh, 1)});
+    const Tensor<B>& dx = dinp[0];
+    run_kernel<B>(Backward{dx.defined() ? dx.template data<void>() : nullptr,
+                           dinp[1].defined() ? dinp[1].template data<float>() : nullptr,
+                           dout.template data<void>(), s.x.template data<void>(),
+                           s.w.template data<float>(), s.rstd.template data<float>(), s.rows, s.C,
+                           detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1),
+                           dx.defined() ? dx.dtype() : DType::f32, dout.dtype(), s.x.dtype()});
   }
 };
 

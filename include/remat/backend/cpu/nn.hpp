@@ -64,15 +64,10 @@ struct CpuNn {
   // y (n) (+)= x converted between f32 and bf16 (core/bf16.hpp's rounding); a sum in fp32,
   // rounded once
   static void run(const CastOp::Convert& k) {
-    auto get = [](const void* p, DType t, std::int64_t i) {
-      return t == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(p)[i])
-                              : static_cast<const float*>(p)[i];
-    };
     parallel_for(k.n, 1 << 14, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
-        const float v = k.add ? get(k.y, k.to, i) + get(k.x, k.from, i) : get(k.x, k.from, i);
-        if (k.to == DType::bf16) static_cast<bf16*>(k.y)[i] = math::to_bf16(v);
-        else static_cast<float*>(k.y)[i] = v;
+        const float v = math::load_f32(k.x, k.from, i);
+        math::store_f32(k.y, k.to, i, k.add ? math::load_f32(k.y, k.to, i) + v : v);
       }
     });
   }
@@ -131,8 +126,10 @@ struct CpuNn {
 
   // y (rows, C) = (x - mean) rstd w + b; saves mean (rows), rstd (rows)
   static void run(const LayerNormOp::Forward& k) {
-    float *y = k.y, *mean = k.mean, *rstd = k.rstd;
-    const float *x = k.x, *w = k.w, *b = k.b;
+    if (k.t != DType::f32)
+      return norm_forward_typed<true>(k.y, k.mean, k.rstd, k.x, k.w, k.b, k.rows, k.C, k.eps, k.t);
+    float *y = static_cast<float*>(k.y), *mean = k.mean, *rstd = k.rstd;
+    const float *x = static_cast<const float*>(k.x), *w = k.w, *b = k.b;
     const std::int64_t rows = k.rows, C = k.C;
     const float eps = k.eps;
     parallel_for(rows, 16, [&](std::int64_t rb, std::int64_t re) {
@@ -149,13 +146,44 @@ struct CpuNn {
   }
   // y (rows, C) = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saves rstd (rows)
   static void run(const RmsNormOp::Forward& k) {
+    if (k.t != DType::f32)
+      return norm_forward_typed<false>(k.y, nullptr, k.rstd, k.x, k.w, nullptr, k.rows, k.C, k.eps, k.t);
     const std::int64_t C = k.C;
     parallel_for(k.rows, 16, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
-        CArr X(k.x + r * C, C);
+        CArr X(static_cast<const float*>(k.x) + r * C, C);
         const float s = 1.0f / std::sqrt(X.square().sum() / static_cast<float>(C) + k.eps);
-        Arr(k.y + r * C, C) = X * s * CArr(k.w, C);
+        Arr(static_cast<float*>(k.y) + r * C, C) = X * s * CArr(k.w, C);
         k.rstd[r] = s;
+      }
+    });
+  }
+  // The norms' forward on bf16 rows (t): each element widened as it is read, the sums in fp32
+  // in row order, y rounded once (Centered: layer norm, else RMSNorm without mean and b).
+  template <bool Centered>
+  static void norm_forward_typed(void* y, float* mean, float* rstd, const void* x, const float* w,
+                                 const float* b, std::int64_t rows, std::int64_t C, float eps,
+                                 DType t) {
+    parallel_for(rows, 16, [&](std::int64_t rb, std::int64_t re) {
+      for (std::int64_t r = rb; r < re; ++r) {
+        const std::int64_t o = r * C;
+        float m = 0.0f;
+        if constexpr (Centered) {
+          for (std::int64_t i = 0; i < C; ++i) m += math::load_f32(x, t, o + i);
+          m /= static_cast<float>(C);
+        }
+        float v = 0.0f;
+        for (std::int64_t i = 0; i < C; ++i) {
+          const float d = math::load_f32(x, t, o + i) - m;
+          v += d * d;
+        }
+        const float s = 1.0f / std::sqrt(v / static_cast<float>(C) + eps);
+        for (std::int64_t i = 0; i < C; ++i) {
+          const float xh = (math::load_f32(x, t, o + i) - m) * s;
+          math::store_f32(y, t, o + i, Centered ? xh * w[i] + b[i] : xh * w[i]);
+        }
+        if constexpr (Centered) mean[r] = m;
+        rstd[r] = s;
       }
     });
   }
@@ -163,11 +191,11 @@ struct CpuNn {
   // The norms' backward (NOTE [norm backward on the CPU]).
   static void run(const LayerNormOp::Backward& k) {
     norm_backward<true>(k.dx, k.dw, k.db, k.dy, k.x, k.w, k.mean, k.rstd, k.rows, k.C, k.set_dx,
-                        k.set_dw, k.set_db, scratch(k));
+                        k.set_dw, k.set_db, scratch(k), k.dxt, k.dyt, k.xt);
   }
   static void run(const RmsNormOp::Backward& k) {
     norm_backward<false>(k.dx, k.dw, nullptr, k.dy, k.x, k.w, nullptr, k.rstd, k.rows, k.C,
-                         k.set_dx, k.set_dw, false, scratch(k));
+                         k.set_dx, k.set_dw, false, scratch(k), k.dxt, k.dyt, k.xt);
   }
   /// Bytes of the norms' backward scratch: per chunk a row of partial sums for each of dw and
   /// db (layer norm) or dw (RMSNorm), and an xhat and a g row.
@@ -336,32 +364,65 @@ struct CpuNn {
     return static_cast<std::size_t>(N) * sizeof(double);
   }
 
-  // loss[0] = mean_i (lse_i - logits[i, t_i]) over N rows of V classes, each row ld floats
-  // (ld >= V: columns V..ld-1 are padding, never read); saves lse (N). The loss goes into
-  // backend memory (a device keeps it there until someone reads it).
-  static void cross_entropy_forward(float* loss, float* lse, const float* logits,
-                                    const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                    std::int64_t ld) {
+  static std::size_t scratch(const CrossEntropyOp::Forward& k) { return cross_entropy_forward_scratch(k.N); }
+  // CrossEntropyOp::Forward: lse (N), the row losses summed in double, in order; bf16 logits
+  // widened as they are read (the max, then the sum of exponentials in fp32)
+  static void run(const CrossEntropyOp::Forward& k) {
+    const std::int64_t N = k.N, V = k.V, ld = k.ld;
+    float *loss = k.loss, *lse = k.lse;
+    const std::int32_t* targets = k.targets;
     const Scratch<double> part(cross_entropy_forward_scratch(N) / sizeof(double));
-    parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
-      for (std::int64_t r = rb; r < re; ++r) {
-        CArr X(logits + r * ld, V);
-        const float m = X.maxCoeff();
-        lse[r] = m + std::log((X - m).exp().sum());
-        part.data()[r] = static_cast<double>(lse[r]) - logits[r * ld + targets[r]];
-      }
-    });
+    if (k.t == DType::f32) {
+      const float* logits = static_cast<const float*>(k.logits);
+      parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
+        for (std::int64_t r = rb; r < re; ++r) {
+          CArr X(logits + r * ld, V);
+          const float m = X.maxCoeff();
+          lse[r] = m + std::log((X - m).exp().sum());
+          part.data()[r] = static_cast<double>(lse[r]) - logits[r * ld + targets[r]];
+        }
+      });
+    } else {
+      parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
+        for (std::int64_t r = rb; r < re; ++r) {
+          float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
+          for (std::int64_t i = 0; i < V; ++i) m = std::max(m, math::load_f32(k.logits, k.t, r * ld + i));
+          for (std::int64_t i = 0; i < V; ++i) s += std::exp(math::load_f32(k.logits, k.t, r * ld + i) - m);
+          lse[r] = m + std::log(s);
+          part.data()[r] = static_cast<double>(lse[r]) - math::load_f32(k.logits, k.t, r * ld + targets[r]);
+        }
+      });
+    }
     double total = 0.0;
     for (std::size_t i = 0; i < part.size(); ++i) total += part.data()[i];  // serial: deterministic
     loss[0] = static_cast<float>(total / static_cast<double>(N));
   }
-  // dlogits[i, j] += scale (exp(logits[i, j] - lse_i) - [j == t_i]),  scale = dloss[0] / N,
-  // for j < V; the padding j in [V, ld) gets 0 (written with set, else left as it is).
-  // (dlogits may be logits itself with set: each element is read before it is written)
-  static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                                     const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                     std::int64_t ld, const float* dloss, bool set = false) {
-    const float scale = dloss[0] / static_cast<float>(N);
+  // CrossEntropyOp::Backward (dlogits may be the logits with set: each element is read before
+  // it is written). bf16 logits or dlogits: element by element, the target's term subtracted
+  // before the one rounding.
+  static void run(const CrossEntropyOp::Backward& k) {
+    const std::int64_t N = k.N, V = k.V, ld = k.ld;
+    const float* lse = k.lse;
+    const std::int32_t* targets = k.targets;
+    const bool set = k.set;
+    const float scale = k.dloss[0] / static_cast<float>(N);
+    if (k.dt != DType::f32 || k.lt != DType::f32) {
+      parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
+        for (std::int64_t r = rb; r < re; ++r) {
+          for (std::int64_t i = 0; i < V; ++i) {
+            const std::int64_t e = r * ld + i;
+            const float d = scale * std::exp(math::load_f32(k.logits, k.lt, e) - lse[r]) -
+                            (i == targets[r] ? scale : 0.0f);
+            math::store_f32(k.dlogits, k.dt, e, set ? d : math::load_f32(k.dlogits, k.dt, e) + d);
+          }
+          if (set)
+            for (std::int64_t i = V; i < ld; ++i) math::store_f32(k.dlogits, k.dt, r * ld + i, 0.0f);
+        }
+      });
+      return;
+    }
+    float* dlogits = static_cast<float*>(k.dlogits);
+    const float* logits = static_cast<const float*>(k.logits);
     parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
         if (set) {
@@ -431,11 +492,13 @@ struct CpuNn {
   // scratch, then the chunks are added in order: deterministic for a fixed thread count.
   // Scratch: per chunk a row for each sum, then per chunk an xhat and a g row (no heap behind
   // the ledger). set_*: that buffer holds no values yet and is written (=), not added into.
+  // x, dy and dx may be bf16 (xt, dyt, dxt): x's and dy's rows are widened into the xhat and
+  // g rows, dx rounded once as it is stored.
   template <bool Centered>
-  static void norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+  static void norm_backward(void* dx, float* dw, float* db, const void* dy, const void* x,
                             const float* w, const float* mean, const float* rstd,
                             std::int64_t rows, std::int64_t C, bool set_dx, bool set_dw,
-                            bool set_db, std::size_t scratch_bytes) {
+                            bool set_db, std::size_t scratch_bytes, DType dxt, DType dyt, DType xt) {
     const int T = norm_chunks(rows), sums = Centered ? 2 : 1;
     const Scratch<float> part(scratch_bytes / sizeof(float));
     std::fill(part.data(), part.data() + sums * T * C, 0.0f);
@@ -444,18 +507,30 @@ struct CpuNn {
       Arr pw(part.data() + sums * t * C, C);
       Arr xhat(rows_of + 2 * t * C, C), g(rows_of + (2 * t + 1) * C, C);
       for (std::int64_t r = rb; r < re; ++r) {
-        CArr X(x + r * C, C), G(dy + r * C, C);
-        if constexpr (Centered) xhat = (X - mean[r]) * rstd[r];
-        else xhat = X * rstd[r];
-        g = G * CArr(w, C);
+        const std::int64_t o = r * C;
+        if (xt == DType::f32) xhat = CArr(static_cast<const float*>(x) + o, C);
+        else for (std::int64_t i = 0; i < C; ++i) xhat[i] = math::load_f32(x, xt, o + i);
+        if constexpr (Centered) xhat = (xhat - mean[r]) * rstd[r];
+        else xhat = xhat * rstd[r];
+        if (dyt == DType::f32) g = CArr(static_cast<const float*>(dy) + o, C);  // dy, for now
+        else for (std::int64_t i = 0; i < C; ++i) g[i] = math::load_f32(dy, dyt, o + i);
+        pw += g * xhat;
+        if constexpr (Centered) Arr(part.data() + (2 * t + 1) * C, C) += g;
+        g *= CArr(w, C);
         if (dx) {
           const float mg = Centered ? g.sum() / static_cast<float>(C) : 0.0f;
           const float mgx = (g * xhat).sum() / static_cast<float>(C);
-          if (set_dx) Arr(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
-          else Arr(dx + r * C, C) += rstd[r] * (g - mg - xhat * mgx);
+          if (dxt == DType::f32) {
+            Arr D(static_cast<float*>(dx) + o, C);
+            if (set_dx) D = rstd[r] * (g - mg - xhat * mgx);
+            else D += rstd[r] * (g - mg - xhat * mgx);
+          } else {
+            for (std::int64_t i = 0; i < C; ++i) {
+              const float d = rstd[r] * (g[i] - mg - xhat[i] * mgx);
+              math::store_f32(dx, dxt, o + i, set_dx ? d : math::load_f32(dx, dxt, o + i) + d);
+            }
+          }
         }
-        pw += G * xhat;
-        if constexpr (Centered) Arr(part.data() + (2 * t + 1) * C, C) += G;
       }
     });
     if (dw && set_dw) std::fill(dw, dw + C, 0.0f);  // C floats: the sum's first term

@@ -29,17 +29,6 @@ namespace cpu {
 struct CpuTypedGemm {
   static constexpr std::int64_t kTile = 512, kDepth = 512;
 
-  /// Element i of a buffer of type t, as fp32.
-  static float load(const void* p, DType t, std::int64_t i) {
-    return t == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(p)[i])
-                            : static_cast<const float*>(p)[i];
-  }
-  static void store(void* p, DType t, std::int64_t i, float v) {
-    if (t == DType::bf16)
-      static_cast<bf16*>(p)[i] = math::to_bf16(v);
-    else
-      static_cast<float*>(p)[i] = v;
-  }
   /// dst (rows, cols), contiguous = the block of src (type t, leading dimension ld) at (r0, c0).
   static void widen(float* dst, const void* src, DType t, std::int64_t ld, std::int64_t r0,
                     std::int64_t c0, std::int64_t rows, std::int64_t cols) {
@@ -96,18 +85,33 @@ struct CpuTypedGemm {
           finish(k, o, i, j, p, q, acc);
         }
   }
-  // C's tile (rows [i, i+p), cols [j, j+q)) of matrix o = acc + bias + R (+ C), rounded once
+  // C's tile (rows [i, i+p), cols [j, j+q)) of matrix o = acc + bias + R (+ C), rounded once;
+  // each term a loop of its own over a row (no test per element: the loops vectorize)
   static void finish(const GemmKernel& k, std::int64_t o, std::int64_t i, std::int64_t j,
-                     std::int64_t p, std::int64_t q, const float* acc) {
-    for (std::int64_t r = 0; r < p; ++r)
-      for (std::int64_t c = 0; c < q; ++c) {
-        const std::int64_t e = o * k.sc + (i + r) * k.ldc + j + c;
-        float v = acc[r * q + c];
-        if (k.bias) v += k.bias[j + c];
-        if (k.r) v += load(k.r, k.ct, e);
-        if (k.accumulate) v += load(k.c, k.ct, e);
-        store(k.c, k.ct, e, v);
+                     std::int64_t p, std::int64_t q, float* acc) {
+    auto add_row = [q](float* a, const void* src, DType t, std::int64_t at) {
+      if (t == DType::bf16) {
+        const bf16* s = static_cast<const bf16*>(src) + at;
+        for (std::int64_t c = 0; c < q; ++c) a[c] += math::from_bf16(s[c]);
+      } else {
+        const float* s = static_cast<const float*>(src) + at;
+        for (std::int64_t c = 0; c < q; ++c) a[c] += s[c];
       }
+    };
+    for (std::int64_t r = 0; r < p; ++r) {
+      float* a = acc + r * q;
+      const std::int64_t e = o * k.sc + (i + r) * k.ldc + j;
+      if (k.bias)
+        for (std::int64_t c = 0; c < q; ++c) a[c] += k.bias[j + c];
+      if (k.r) add_row(a, k.r, k.ct, e);
+      if (k.accumulate) add_row(a, k.c, k.ct, e);
+      if (k.ct == DType::bf16) {
+        bf16* out = static_cast<bf16*>(k.c) + e;
+        for (std::int64_t c = 0; c < q; ++c) out[c] = math::to_bf16(a[c]);
+      } else {
+        std::memcpy(static_cast<float*>(k.c) + e, a, sizeof(float) * static_cast<std::size_t>(q));
+      }
+    }
   }
 
   // y (N) (+)= column sums of x (rows, N), in fp32 down the rows in order, rounded once
@@ -118,9 +122,9 @@ struct CpuTypedGemm {
         const std::int64_t w = std::min(W, k.N - c0);
         float v[W] = {};
         for (std::int64_t r = 0; r < k.rows; ++r)
-          for (std::int64_t c = 0; c < w; ++c) v[c] += load(k.x, k.xt, r * k.N + c0 + c);
+          for (std::int64_t c = 0; c < w; ++c) v[c] += math::load_f32(k.x, k.xt, r * k.N + c0 + c);
         for (std::int64_t c = 0; c < w; ++c)
-          store(k.y, k.yt, c0 + c, k.add ? v[c] + load(k.y, k.yt, c0 + c) : v[c]);
+          math::store_f32(k.y, k.yt, c0 + c, k.add ? v[c] + math::load_f32(k.y, k.yt, c0 + c) : v[c]);
       }
     });
   }

@@ -25,6 +25,7 @@
 #include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
+#include "remat/ops/loss.hpp"
 #include "remat/ops/matmul.hpp"
 
 namespace remat {
@@ -53,24 +54,30 @@ __device__ inline float block_reduce(float v, float* shared) {
 
 // The norms' forward, a block a row: y = (x - mean) rstd w + b, rstd = 1 / sqrt(var + eps)
 // (Centered: layer norm; mean written), or y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps)
-// (RMSNorm: mean and b unused).
+// (RMSNorm: mean and b unused). x and y of type t (f32 or bf16: widened as read, y rounded
+// once), the sums in fp32.
 template <bool Centered = true>
-__global__ void layer_norm_forward_kernel(float* y, float* mean, float* rstd, const float* x,
-                                          const float* w, const float* b, std::int64_t C, float eps) {
+__global__ void layer_norm_forward_kernel(void* y, float* mean, float* rstd, const void* x,
+                                          const float* w, const float* b, std::int64_t C, float eps,
+                                          DType t) {
   __shared__ float sh[32];
-  const float* xr = x + blockIdx.x * C;
+  const std::int64_t o = blockIdx.x * C;
   float m = 0.0f;
   if (Centered) {
     float s = 0;
-    for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) s += xr[i];
+    for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) s += math::load_f32(x, t, o + i);
     m = block_reduce<false>(s, sh) / static_cast<float>(C);
   }
   float v = 0;
-  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) v += (xr[i] - m) * (xr[i] - m);
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float d = math::load_f32(x, t, o + i) - m;
+    v += d * d;
+  }
   const float r = rsqrtf(block_reduce<false>(v, sh) / static_cast<float>(C) + eps);
-  float* yr = y + blockIdx.x * C;
-  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x)
-    yr[i] = Centered ? (xr[i] - m) * r * w[i] + b[i] : xr[i] * r * w[i];
+  for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float xi = math::load_f32(x, t, o + i);
+    math::store_f32(y, t, o + i, Centered ? (xi - m) * r * w[i] + b[i] : xi * r * w[i]);
+  }
   if (threadIdx.x == 0) {
     if (Centered) mean[blockIdx.x] = m;
     rstd[blockIdx.x] = r;
@@ -106,11 +113,12 @@ __device__ inline void layer_norm_finish(float* dw, float* db, const float* part
   }
 }
 template <bool Centered = true>
-__global__ void layer_norm_backward_kernel(float* dx, float* dw, float* db, float* part_w,
-                                           float* part_b, const float* dy, const float* x,
+__global__ void layer_norm_backward_kernel(void* dx, float* dw, float* db, float* part_w,
+                                           float* part_b, const void* dy, const void* x,
                                            const float* w, const float* mean, const float* rstd,
                                            std::int64_t rows, std::int64_t C, bool set_dx,
-                                           bool set_dw, bool set_db) {
+                                           bool set_dw, bool set_db, DType dxt, DType dyt,
+                                           DType xt) {
   __shared__ float sh[32];
   __shared__ bool last;
   const std::int64_t chunk = blockIdx.x;
@@ -123,24 +131,26 @@ __global__ void layer_norm_backward_kernel(float* dx, float* dw, float* db, floa
   }
   for (std::int64_t r = r0; r < r1; ++r) {
     const float m = Centered ? mean[r] : 0.0f, s = rstd[r];
-    const float *xr = x + r * C, *gr = dy + r * C;
+    const std::int64_t o = r * C;
+    auto xv = [&](std::int64_t i) { return math::load_f32(x, xt, o + i); };
+    auto gv = [&](std::int64_t i) { return math::load_f32(dy, dyt, o + i); };
     if (dx) {  // the same branch for the whole block (block_reduce synchronizes it)
       float a = 0, bsum = 0;
       for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-        const float g = gr[i] * w[i];
+        const float g = gv(i) * w[i];
         a += g;
-        bsum += g * (xr[i] - m) * s;
+        bsum += g * (xv(i) - m) * s;
       }
       const float mg = Centered ? block_reduce<false>(a, sh) / static_cast<float>(C) : 0.0f;
       const float mgx = block_reduce<false>(bsum, sh) / static_cast<float>(C);
       for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-        const float d = s * (gr[i] * w[i] - mg - (xr[i] - m) * s * mgx);
-        dx[r * C + i] = set_dx ? d : dx[r * C + i] + d;
+        const float d = s * (gv(i) * w[i] - mg - (xv(i) - m) * s * mgx);
+        math::store_f32(dx, dxt, o + i, set_dx ? d : math::load_f32(dx, dxt, o + i) + d);
       }
     }
     for (std::int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-      if (pw) pw[i] += gr[i] * (xr[i] - m) * s;
-      if (pb) pb[i] += gr[i];
+      if (pw) pw[i] += gv(i) * (xv(i) - m) * s;
+      if (pb) pb[i] += gv(i);
     }
   }
   if (!pw && !pb) return;  // the same for every block
@@ -157,15 +167,8 @@ __global__ void convert_kernel(void* y, DType to, const void* x, DType from, std
                                bool add) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float v = from == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(x)[i])
-                                        : static_cast<const float*>(x)[i];
-    if (to == DType::bf16) {
-      bf16* out = static_cast<bf16*>(y);
-      out[i] = math::to_bf16(add ? math::from_bf16(out[i]) + v : v);
-    } else {
-      float* out = static_cast<float*>(y);
-      out[i] = add ? out[i] + v : v;
-    }
+    const float v = math::load_f32(x, from, i);
+    math::store_f32(y, to, i, add ? math::load_f32(y, to, i) + v : v);
   }
 }
 // c (M, N) at ldc, of type ct = acc (M, N) + bias (N) + r (M, N, at ldc; type ct) + c, each
@@ -177,15 +180,11 @@ __global__ void gemm_finish_kernel(void* c, DType ct, std::int64_t ldc, const fl
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M * N;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t row = i / N, col = i % N, e = row * ldc + col;
-    auto load = [ct](const void* p, std::int64_t j) {
-      return ct == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(p)[j]) : static_cast<const float*>(p)[j];
-    };
     float v = acc[i];
     if (bias) v += bias[col];
-    if (r) v += load(r, e);
-    if (accumulate) v += load(c, e);
-    if (ct == DType::bf16) static_cast<bf16*>(c)[e] = math::to_bf16(v);
-    else static_cast<float*>(c)[e] = v;
+    if (r) v += math::load_f32(r, ct, e);
+    if (accumulate) v += math::load_f32(c, ct, e);
+    math::store_f32(c, ct, e, v);
   }
 }
 // y (N) (+)= the column sums of x (rows, N): a thread a column, down the rows in order in
@@ -196,12 +195,8 @@ __global__ void column_sum_kernel(void* y, DType yt, const void* x, DType xt, st
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= N) return;
   float v = 0.0f;
-  for (std::int64_t r = 0; r < rows; ++r)
-    v += xt == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(x)[r * N + c])
-                           : static_cast<const float*>(x)[r * N + c];
-  if (add) v += yt == DType::bf16 ? math::from_bf16(static_cast<const bf16*>(y)[c]) : static_cast<const float*>(y)[c];
-  if (yt == DType::bf16) static_cast<bf16*>(y)[c] = math::to_bf16(v);
-  else static_cast<float*>(y)[c] = v;
+  for (std::int64_t r = 0; r < rows; ++r) v += math::load_f32(x, xt, r * N + c);
+  math::store_f32(y, yt, c, add ? v + math::load_f32(y, yt, c) : v);
 }
 // y (rows, C) = a op b, a (a_col) or b a column (rows): one value a row
 template <int = 0>
@@ -275,21 +270,20 @@ __global__ void softmax_backward_kernel(float* dx, const float* y, const float* 
 }
 // one block a row of V classes, rows ld floats apart (columns V..ld-1: padding, never read)
 template <int = 0>
-__global__ void cross_entropy_forward_kernel(float* lse, float* loss, const float* logits,
+__global__ void cross_entropy_forward_kernel(float* lse, float* loss, const void* logits,
                                              const std::int32_t* targets, std::int64_t V,
-                                             std::int64_t ld) {
+                                             std::int64_t ld, DType t) {
   __shared__ float sh[32];
-  const std::int64_t r = blockIdx.x;
-  const float* xr = logits + r * ld;
+  const std::int64_t r = blockIdx.x, o = r * ld;
   float m = -FLT_MAX;
-  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, xr[i]);
+  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, math::load_f32(logits, t, o + i));
   m = block_reduce<true>(m, sh);
   float s = 0;
-  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) s += expf(xr[i] - m);
+  for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) s += expf(math::load_f32(logits, t, o + i) - m);
   s = block_reduce<false>(s, sh);
   if (threadIdx.x == 0) {
     lse[r] = m + logf(s);
-    loss[r] = lse[r] - xr[targets[r]];
+    loss[r] = lse[r] - math::load_f32(logits, t, o + targets[r]);
   }
 }
 // out[0] = (sum of x[0..n)) / n, in double: one block of kRowThreads (a power of two), each
@@ -311,18 +305,19 @@ __global__ void mean_kernel(float* out, const float* x, std::int64_t n) {
 // dlogits may be logits itself (set): each thread reads its element, then writes it; the
 // padding columns [V, ld) get 0 (written with set, else left as they are)
 template <int = 0>
-__global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
+__global__ void cross_entropy_backward_kernel(void* dlogits, const void* logits, const float* lse,
                                               const std::int32_t* targets, std::int64_t V,
                                               std::int64_t ld, const float* dloss, std::int64_t N,
-                                              bool set) {
+                                              bool set, DType dt, DType lt) {
   const std::int64_t r = blockIdx.x;
   const float scale = dloss[0] / static_cast<float>(N);
   for (std::int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-    const float d = scale * (expf(logits[r * ld + i] - lse[r]) - (i == targets[r] ? 1.0f : 0.0f));
-    dlogits[r * ld + i] = set ? d : dlogits[r * ld + i] + d;
+    const std::int64_t e = r * ld + i;
+    const float d = scale * (expf(math::load_f32(logits, lt, e) - lse[r]) - (i == targets[r] ? 1.0f : 0.0f));
+    math::store_f32(dlogits, dt, e, set ? d : math::load_f32(dlogits, dt, e) + d);
   }
   if (set)
-    for (std::int64_t i = V + threadIdx.x; i < ld; i += blockDim.x) dlogits[r * ld + i] = 0.0f;
+    for (std::int64_t i = V + threadIdx.x; i < ld; i += blockDim.x) math::store_f32(dlogits, dt, r * ld + i, 0.0f);
 }
 template <int = 0>
 __global__ void embedding_forward_kernel(float* y, const float* w, const std::int32_t* ids,
@@ -486,29 +481,29 @@ struct CudaNn {
   static void run(const LayerNormOp::Forward& k) {
     if (k.rows == 0) return;
     REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<true>, static_cast<unsigned>(k.rows), kRowThreads,
-                      0, s(), k.y, k.mean, k.rstd, k.x, k.w, k.b, k.C, k.eps);
+                      0, s(), k.y, k.mean, k.rstd, k.x, k.w, k.b, k.C, k.eps, k.t);
   }
   static void run(const RmsNormOp::Forward& k) {
     if (k.rows == 0) return;
     REMAT_CUDA_LAUNCH(layer_norm_forward_kernel<false>, static_cast<unsigned>(k.rows), kRowThreads,
-                      0, s(), k.y, nullptr, k.rstd, k.x, k.w, nullptr, k.C, k.eps);
+                      0, s(), k.y, nullptr, k.rstd, k.x, k.w, nullptr, k.C, k.eps, k.t);
   }
   // set_*: that buffer holds no values yet and is written, not added into (NOTE [fresh
   // gradient buffers]); NOTE [layer norm backward] for the one launch
   static void run(const LayerNormOp::Backward& k) {
     norm_backward<true>(k.dx, k.dw, k.db, k.dy, k.x, k.w, k.mean, k.rstd, k.rows, k.C, k.set_dx,
-                        k.set_dw, k.set_db, CudaSizes::scratch(k));
+                        k.set_dw, k.set_db, CudaSizes::scratch(k), k.dxt, k.dyt, k.xt);
   }
   static void run(const RmsNormOp::Backward& k) {
     norm_backward<false>(k.dx, k.dw, nullptr, k.dy, k.x, k.w, nullptr, k.rstd, k.rows, k.C,
-                         k.set_dx, k.set_dw, false, CudaSizes::scratch(k));
+                         k.set_dx, k.set_dw, false, CudaSizes::scratch(k), k.dxt, k.dyt, k.xt);
   }
   // The norms' backward: one launch, the partial sums of dw (and db) in the scratch.
   template <bool Centered>
-  static void norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+  static void norm_backward(void* dx, float* dw, float* db, const void* dy, const void* x,
                             const float* w, const float* mean, const float* rstd,
                             std::int64_t rows, std::int64_t C, bool set_dx, bool set_dw,
-                            bool set_db, std::size_t scratch_bytes) {
+                            bool set_db, std::size_t scratch_bytes, DType dxt, DType dyt, DType xt) {
     if (rows == 0 || C == 0) {  // empty sums: a written dw or db is zero
       if (dw && set_dw) CudaMemory::fill(dw, C, 0.0f);
       if (db && set_db) CudaMemory::fill(db, C, 0.0f);
@@ -519,7 +514,7 @@ struct CudaNn {
     float* part_b = db ? scratch.as<float>() + kRowSumChunks * C : nullptr;
     REMAT_CUDA_LAUNCH(layer_norm_backward_kernel<Centered>, static_cast<unsigned>(kRowSumChunks),
                       kRowThreads, 0, s(), dx, dw, db, part_w, part_b, dy, x, w, mean, rstd, rows,
-                      C, set_dx, set_dw, set_db);
+                      C, set_dx, set_dw, set_db, dxt, dyt, xt);
   }
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {
     if (rows == 0) return;
@@ -532,22 +527,18 @@ struct CudaNn {
                       dx, y, dy, C, false);
   }
   /// loss[0] = the mean of the rows' losses, left on the device (NOTE [host round trips]).
-  static void cross_entropy_forward(float* loss, float* lse, const float* logits,
-                                    const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                    std::int64_t ld) {
-    const Scratch scratch(CudaSizes::cross_entropy_forward_scratch(N));
+  static void run(const CrossEntropyOp::Forward& k) {
+    const Scratch scratch(CudaSizes::scratch(k));
     float* rows = scratch.as<float>();
-    REMAT_CUDA_LAUNCH(cross_entropy_forward_kernel<>, static_cast<unsigned>(N), kRowThreads, 0, s(),
-                      lse, rows, logits, targets, V, ld);
-    REMAT_CUDA_LAUNCH(mean_kernel<>, 1, kRowThreads, 0, s(), loss, rows, N);
+    REMAT_CUDA_LAUNCH(cross_entropy_forward_kernel<>, static_cast<unsigned>(k.N), kRowThreads, 0,
+                      s(), k.lse, rows, k.logits, k.targets, k.V, k.ld, k.t);
+    REMAT_CUDA_LAUNCH(mean_kernel<>, 1, kRowThreads, 0, s(), k.loss, rows, k.N);
   }
-  static void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                                     const std::int32_t* targets, std::int64_t N, std::int64_t V,
-                                     std::int64_t ld, const float* dloss, bool set = false) {
-    if (N == 0) return;
-    REMAT_CUDA_LAUNCH(cross_entropy_backward_kernel<>, static_cast<unsigned>(N),
-                      kRowThreads, 0, s(),
-                      dlogits, logits, lse, targets, V, ld, dloss, N, set);
+  static void run(const CrossEntropyOp::Backward& k) {
+    if (k.N == 0) return;
+    REMAT_CUDA_LAUNCH(cross_entropy_backward_kernel<>, static_cast<unsigned>(k.N), kRowThreads, 0,
+                      s(), k.dlogits, k.logits, k.lse, k.targets, k.V, k.ld, k.dloss, k.N, k.set,
+                      k.dt, k.lt);
   }
   static void embedding_forward(float* y, const float* w, const std::int32_t* ids, std::int64_t n, std::int64_t C) {
     if (n * C == 0) return;

@@ -12,6 +12,7 @@
 
 #include "remat/core/kernel.hpp"
 #include "remat/core/math.hpp"
+#include "remat/ops/loss.hpp"
 #include "remat/ops/matmul.hpp"
 
 namespace remat {
@@ -129,6 +130,7 @@ struct CudaSizes {
   static std::size_t cross_entropy_forward_scratch(std::int64_t N) {
     return static_cast<std::size_t>(N) * sizeof(float);
   }
+  static std::size_t scratch(const CrossEntropyOp::Forward& k) { return cross_entropy_forward_scratch(k.N); }
   /// reduce_forward (a sum or mean over an axis): whether each output's axis is split into
   /// kReduceParts parts summed by blocks of their own, then added in order (few outputs over a
   /// long axis: sum(x) of a whole tensor), and the partial sums' bytes (0 when not split).

@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: MIT
-// matmul and linear with bf16 operands (ops/matmul.hpp's GemmKernel; the CPU's tiles in
-// backend/cpu/typed_gemm.hpp): every output element is the exact product of the bf16 values,
-// summed in fp32 and rounded once (so it is round_bf16 of the exact result but where the exact
-// result lies within fp32's error of a rounding midpoint), an fp32 gradient buffer gets the
-// fp32 sum unrounded, bf16 outputs hold two bytes an element in the ledger and the estimate,
-// checkpointed = plain, and mixed operands are refused.
+// The ops that compute on bf16 tensors (NOTE [precision policy] in ops/cast.hpp), each against
+// an exact (double) reference of the same bf16 values with a stated bf16 tolerance.
+// - matmul and linear (ops/matmul.hpp's GemmKernel; the CPU's tiles in
+//   backend/cpu/typed_gemm.hpp): every output element is the exact product of the bf16 values,
+//   summed in fp32 and rounded once (so it is round_bf16 of the exact result but where the
+//   exact result lies within fp32's error of a rounding midpoint), an fp32 gradient buffer gets
+//   the fp32 sum unrounded, bf16 outputs hold two bytes an element in the ledger and the
+//   estimate, checkpointed = plain, and mixed operands are refused.
+// - layer_norm and rms_norm: fp32 statistics of bf16 rows, y rounded once, dx in bf16, dw and
+//   db in fp32.
+// - cross_entropy: bf16 logits widened, the log-sum-exp and the loss in fp32, the gradient
+//   rounded once into bf16 (written over the logits).
 
 #include <cmath>
 #include <cstring>
@@ -54,6 +60,61 @@ Bf16Match compare_bf16(const std::vector<float>& got, const std::vector<double>&
   }
   m.worst = e / top;
   return m;
+}
+
+// The exact (double) layer norm (or RMSNorm) of the rows of x (rows, C), and its backward for dy.
+struct NormRef {
+  std::vector<double> y, dx, dw, db;
+};
+NormRef norm_reference(bool centered, const std::vector<float>& x, const std::vector<float>& w,
+                       const std::vector<float>& b, const std::vector<float>& dy,
+                       std::int64_t rows, std::int64_t C, double eps) {
+  NormRef r;
+  r.y.resize(x.size());
+  r.dx.resize(x.size());
+  r.dw.assign(static_cast<std::size_t>(C), 0.0);
+  r.db.assign(static_cast<std::size_t>(C), 0.0);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const auto at = [&](std::int64_t j) { return static_cast<std::size_t>(i * C + j); };
+    double m = 0, v = 0;
+    if (centered) {
+      for (std::int64_t j = 0; j < C; ++j) m += x[at(j)];
+      m /= static_cast<double>(C);
+    }
+    for (std::int64_t j = 0; j < C; ++j) v += (x[at(j)] - m) * (x[at(j)] - m);
+    const double s = 1.0 / std::sqrt(v / static_cast<double>(C) + eps);
+    double mg = 0, mgx = 0;
+    for (std::int64_t j = 0; j < C; ++j) {
+      const double xh = (x[at(j)] - m) * s, g = dy[at(j)] * static_cast<double>(w[static_cast<std::size_t>(j)]);
+      r.y[at(j)] = xh * w[static_cast<std::size_t>(j)] + (centered ? b[static_cast<std::size_t>(j)] : 0.0);
+      mg += g;
+      mgx += g * xh;
+      r.dw[static_cast<std::size_t>(j)] += dy[at(j)] * xh;
+      r.db[static_cast<std::size_t>(j)] += dy[at(j)];
+    }
+    mg = centered ? mg / static_cast<double>(C) : 0.0;
+    mgx /= static_cast<double>(C);
+    for (std::int64_t j = 0; j < C; ++j) {
+      const double xh = (x[at(j)] - m) * s, g = dy[at(j)] * static_cast<double>(w[static_cast<std::size_t>(j)]);
+      r.dx[at(j)] = s * (g - mg - xh * mgx);
+    }
+  }
+  return r;
+}
+
+double rel_error(const std::vector<float>& got, const std::vector<double>& exact) {
+  double e = 0, m = 1e-30;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    e = std::max(e, std::fabs(got[i] - exact[i]));
+    m = std::max(m, std::fabs(exact[i]));
+  }
+  return e / m;
+}
+
+std::vector<float> eye(std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n * n), 0.0f);
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i * n + i)] = 1.0f;
+  return v;
 }
 
 // bf16-representable random values (a bf16 tensor's widened values)
@@ -209,6 +270,80 @@ TEST_CASE("bf16 products: two bytes an output element in the ledger and the esti
       {x, w, bias});
   INFO(r.detail);
   CHECK(r.equal);
+}
+
+TEST_CASE("bf16 norms: fp32 statistics, y rounded once, dx bf16 and dw, db fp32",
+          "[ops][bf16][norm][grad]") {
+  for (const bool centered : {true, false}) {
+    INFO((centered ? "layer_norm" : "rms_norm"));
+    Tape<Cpu> tape(6);
+    const std::int64_t R = 37, C = 300;
+    // rows with a large common offset: a mean or variance summed in bf16 would lose it
+    const std::vector<float> x0 = tape.randn({R, C}, 1.0f, 1).to_vector();
+    std::vector<float> xv(x0.size());
+    for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = math::round_bf16(x0[i] * 0.5f + 3.0f);
+    const T x = tape.input({R, C}, xv);
+    x.set_requires_grad(true);
+    const T w = tape.randn({C}, 0.3f, 2, true), b = tape.randn({C}, 0.3f, 3, true);
+    // the bf16 input is a product's output, so its gradient is bf16 as well
+    const T xb = matmul(to_dtype(x, DType::bf16), to_dtype(tape.input({C, C}, eye(C)), DType::bf16));
+    const T y = centered ? layer_norm(xb, w, b) : rms_norm(xb, w, 1e-5f);
+    REQUIRE(y.dtype() == DType::bf16);
+    const T g = tape.randn({R, C}, 1.0f, 4);
+    tape.backward(sum(to_dtype(y, DType::f32) * g));
+    std::vector<float> dy = g.to_vector();
+    for (float& v : dy) v = math::round_bf16(v);
+    const NormRef ref = norm_reference(centered, xv, w.to_vector(), b.to_vector(), dy, R, C, 1e-5);
+    const Bf16Match m = compare_bf16(y.to_vector(), ref.y);
+    INFO(m.off << " of " << m.n << " y elements not round_bf16(exact); worst " << m.worst);
+    CHECK(m.off * 100 < m.n);
+    CHECK(m.worst <= 1.0 / 256);
+    // dx passes through xb's bf16 buffer (rounded once) and the identity product: within a
+    // bf16 step; dw and db: fp32 sums, far inside one
+    const double ex = rel_error(x.grad().to_vector(), ref.dx), ew = rel_error(w.grad().to_vector(), ref.dw);
+    INFO("rel errors dx " << ex << " dw " << ew);
+    CHECK(ex <= 1.0 / 128);
+    CHECK(ew < 1e-5);
+    if (centered) CHECK(rel_error(b.grad().to_vector(), ref.db) < 1e-5);
+  }
+}
+
+TEST_CASE("bf16 cross-entropy: an fp32 loss of the bf16 logits, their gradient rounded once",
+          "[ops][bf16][loss][grad]") {
+  Tape<Cpu> tape(7);
+  const std::int64_t N = 24, V = 300, ld = 304;  // padded rows: 4 columns never read
+  const T x = rounded(tape, {N, ld}, 1, true);
+  std::vector<std::int32_t> tv(static_cast<std::size_t>(N));
+  for (std::int64_t i = 0; i < N; ++i) tv[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 37) % V);
+  const T targets = tape.tokens({N}, tv);
+  // bf16 logits with a bf16 gradient (a product's output): their gradient reaches x unchanged
+  // through the identity (one exact term per sum)
+  const T logits = matmul(to_dtype(x, DType::bf16), to_dtype(tape.input({ld, ld}, eye(ld)), DType::bf16));
+  const T loss = cross_entropy(logits, targets, V);
+  tape.backward(loss);
+  const std::vector<float> xv = x.to_vector();
+  double want = 0;
+  std::vector<double> grad(xv.size(), 0.0);
+  for (std::int64_t i = 0; i < N; ++i) {
+    const auto at = [&](std::int64_t j) { return static_cast<std::size_t>(i * ld + j); };
+    double m = -1e300, s = 0;
+    for (std::int64_t j = 0; j < V; ++j) m = std::max(m, static_cast<double>(xv[at(j)]));
+    for (std::int64_t j = 0; j < V; ++j) s += std::exp(xv[at(j)] - m);
+    const double lse = m + std::log(s);
+    want += lse - xv[at(tv[static_cast<std::size_t>(i)])];
+    for (std::int64_t j = 0; j < V; ++j)
+      grad[at(j)] = (std::exp(xv[at(j)] - lse) - (j == tv[static_cast<std::size_t>(i)] ? 1.0 : 0.0)) / static_cast<double>(N);
+  }
+  want /= static_cast<double>(N);
+  INFO("loss " << loss.item() << " exact " << want);
+  CHECK(std::fabs(loss.item() - want) < 1e-5 * std::fabs(want));
+  const std::vector<float> g = x.grad().to_vector();
+  const Bf16Match m = compare_bf16(g, grad);
+  INFO(m.off << " of " << m.n << " gradient elements not round_bf16(exact); worst " << m.worst);
+  CHECK(m.off * 100 < m.n);
+  CHECK(m.worst <= 1.0 / 256);
+  for (std::int64_t i = 0; i < N; ++i)
+    for (std::int64_t j = V; j < ld; ++j) REQUIRE(g[static_cast<std::size_t>(i * ld + j)] == 0.0f);
 }
 
 TEST_CASE("bf16 products: errors", "[ops][bf16][matmul][errors]") {
