@@ -270,6 +270,20 @@ TEST_CASE("bf16 products: two bytes an output element in the ledger and the esti
       {x, w, bias});
   INFO(r.detail);
   CHECK(r.equal);
+  // an input without a gradient: the replay skips the weight's cast (no backward reads its
+  // values), and its stand-in output must still take the f32 gradient of the plain run
+  const T xs = tape.randn({2, 16, 40}, 1.0f, 8);
+  const auto r2 = testing::compare_runs(
+      tape,
+      [&](bool ck) {
+        auto block = [&](const T& in) {
+          return linear(to_dtype(in, DType::bf16), to_dtype(w, DType::bf16), bias);
+        };
+        return sum(to_dtype(ck ? checkpoint(block, xs) : block(xs), DType::f32));
+      },
+      {w, bias});
+  INFO(r2.detail);
+  CHECK(r2.equal);
 }
 
 TEST_CASE("bf16 norms: fp32 statistics, y rounded once, dx bf16 and dw, db fp32",

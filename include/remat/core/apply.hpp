@@ -338,12 +338,12 @@ Tensor<B> apply_in_segment(Tape<B>& tape, const Range& in, Forward&& forward, Sa
         if (entry->aliases) {  // a view of its input: made as usual, for nothing
           out = forward(saved);
         } else {
-          out = skipped_tensor(&tape, entry->shape, entry->dtype);
+          out = skipped_tensor(&tape, entry->shape, entry->dtype, entry->grad_dtype);
           save(saved, out);
         }
         from_cache = true;
       } else if (const Saved* s = state()) {
-        out = skipped_tensor(&tape, entry->shape, entry->dtype);
+        out = skipped_tensor(&tape, entry->shape, entry->dtype, entry->grad_dtype);
         saved = *s;
         from_cache = true;
       }

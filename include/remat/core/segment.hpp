@@ -73,6 +73,7 @@ struct TraceEntry {
   const char* op = "";
   Shape shape;
   DType dtype = DType::f32;
+  DType grad_dtype = DType::f32;  // the output's gradient type (TensorImpl::grad_dtype)
   std::uint64_t hash = 0;  // of the output's bytes, when values are verified
   bool keepable = false;   // the op can rebuild its backward state from its output
   // The data flow, for plan_replay (indices into the trace; ops of this segment only):
@@ -229,6 +230,7 @@ struct SegmentFrame {
       e.op = op;
       e.shape = out.shape();
       e.dtype = out.dtype();
+      e.grad_dtype = out.impl()->grad_dtype;
       e.hash = hash;
       e.keepable = keepable;
       trace->push_back(std::move(e));
@@ -290,8 +292,8 @@ struct SegmentFrame {
                                            dtype_size(e.dtype)) {  // gone; its buffer is t's
       Tensor<B> a = detail::alias(t, t.shape());
       a.impl()->shape = e.shape;
-      if (a.impl()->dtype != e.dtype) a.impl()->grad_dtype = e.dtype;
       a.impl()->dtype = e.dtype;
+      a.impl()->grad_dtype = e.grad_dtype;
       kept->emplace(p, a);
     }
   }

@@ -207,16 +207,17 @@ void zero_fill(const Tensor<B>& t) {
                       bytes % sizeof(float));
   }
 }
-/// An output a checkpoint replay records without computing it: `shape` and `dt`, no bytes,
-/// and data() throws (NOTE [replay only what backward needs], core/segment.hpp).
+/// An output a checkpoint replay records without computing it: `shape` and `dt` (its gradient
+/// of type grad_dt), no bytes, and data() throws (NOTE [replay only what backward needs],
+/// core/segment.hpp).
 template <class B>
-Tensor<B> skipped_tensor(Tape<B>* tape, const Shape& shape, DType dt) {
+Tensor<B> skipped_tensor(Tape<B>* tape, const Shape& shape, DType dt, DType grad_dt) {
   auto impl = std::make_shared<TensorImpl<B>>();
   impl->storage = std::make_shared<Storage<B>>(0, Category::temporaries);
   impl->storage->mark_skipped();
   impl->shape = shape;
   impl->dtype = dt;
-  impl->grad_dtype = dt;
+  impl->grad_dtype = grad_dt;
   impl->tape = tape;
   return Tensor<B>(std::move(impl));
 }
