@@ -259,7 +259,7 @@ TEST_CASE("bf16 products: two bytes an output element in the ledger and the esti
       tape,
       [&](bool ck) {
         const T wb = to_dtype(w, DType::bf16);
-        auto block = [&](const T& in) {
+        auto block = [wb, &bias](const T& in) {  // wb by value: the replay runs after this returns
           const T h = linear(in, wb, bias);
           return linear(h, wb, bias, in);  // a residual block in bf16
         };
