@@ -1,7 +1,7 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // Matrix products: matmul (2-D and batched, with transposes) and linear (x W + b, fused), in
-// f32 (the backend's GEMM primitives) or with bf16 operands (the kernel MatmulOp::Gemm below:
+// f32 (the backend's GEMM primitives) or with bf16 operands (the kernel GemmKernel below:
 // products and sums in fp32, each output rounded once; NOTE [precision policy] in ops/cast.hpp).
 
 #include <array>
