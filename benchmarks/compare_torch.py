@@ -19,7 +19,8 @@ Run from anywhere (paths are relative to the repo root), on a quiet machine:
     /usr/bin/python3 benchmarks/compare_torch.py --threads 1,2 \
         --checkpoint none,block --out benchmarks/results/torch_compare.md
 Options: --bin PATH (default build/benchmarks/gpt_step), --layers --d --heads
---seq --batch --vocab --steps --warmup, --rss-steps, --skip-torch, --skip-rss,
+--seq --batch --vocab --steps --warmup, --precision fp32|bf16 (PyTorch: autocast),
+--rss-steps, --skip-torch, --skip-rss,
 --torch-profile DIR (a torch.profiler table per PyTorch timing run).
 """
 import argparse
@@ -131,6 +132,8 @@ def main():
     add_shape_args(ap, warmup=3)
     ap.add_argument("--checkpoint", default="none",
                     help="comma list: none|block|every:N|sqrt|selective")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: ours with --precision bf16, PyTorch under autocast(bfloat16)")
     ap.add_argument("--out", help="also write the markdown table here")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-rss", action="store_true", help="timing runs only")
@@ -172,7 +175,7 @@ def main():
     torch_info, backend, ours_libs = None, None, []
     for n in threads:
         for ck in checkpoints:
-            flags = ["--threads", str(n), "--checkpoint", ck]
+            flags = ["--threads", str(n), "--checkpoint", ck, "--precision", args.precision]
             ours, cmd = run_json(pin(n) + [bin_path] + shape + flags, plain_env)
             commands.append(rel(cmd))
             backend = ours.get("backend", backend)
@@ -232,7 +235,7 @@ def main():
 
     if args.out:
         out_path = os.path.abspath(args.out)
-        doc = ["# remat gpt_step vs PyTorch (%s)" % datetime.date.today(), "",
+        doc = ["# remat gpt_step vs PyTorch (%s, %s)" % (args.precision, datetime.date.today()), "",
                "Commands (timing runs in the plain environment; memory runs with "
                "MALLOC_MMAP_THRESHOLD_=65536, as shown):", "",
                "```"] + commands + ["```", ""] + table + [""] + facts

@@ -103,7 +103,7 @@ int gpt_step_main(int argc, char** argv) {
   int layers = 8, d = 256, heads = 4, seq = 256, batch = 4, vocab = 256, steps = 10, warmup = 3;
   int threads = 1, vocab_multiple = 1;
   float lr = 1e-3f;
-  std::string optimizer = "adamw", checkpoint = "none";
+  std::string optimizer = "adamw", checkpoint = "none", precision = "fp32";
   bool print_segments = false, no_profile = false, plan_only = false, launch_table = false;
   bool grad_hash = false, profile = false, no_graph = false;
   app.add_option("--layers", layers, "transformer blocks")->check(CLI::PositiveNumber);
@@ -121,6 +121,8 @@ int gpt_step_main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (ours, Eigen, OpenBLAS)")->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "learning rate");
   app.add_option("--optimizer", optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}));
+  app.add_option("--precision", precision, "fp32, or bf16 (nn::GPTConfig::precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--checkpoint", checkpoint,
                  "activation checkpointing: none, block, every:N, sqrt, selective, budget:SIZE or auto; a comma "
                  "list runs them in turns, step by step, and prints one JSON line each");
@@ -156,6 +158,7 @@ int gpt_step_main(int argc, char** argv) {
     c.n_layer = layers;
     c.n_embd = d;
     c.n_head = heads;
+    c.precision = precision == "bf16" ? DType::bf16 : DType::f32;
     nn::GPT<B> model(tape, c);
     const auto params = model.parameters();
     optim::AdamW<B> adamw(params, {lr});
@@ -476,7 +479,7 @@ int gpt_step_main(int argc, char** argv) {
       std::printf(
           "{\"impl\":\"remat\",\"backend\":\"%s\",\"threads\":%d,\"layers\":%d,\"d\":%d,"
           "\"heads\":%d,\"seq\":%d,\"batch\":%d,\"vocab\":%d,\"vocab_padded\":%lld,"
-          "\"checkpoint\":\"%s\",\"graph\":%s,"
+          "\"checkpoint\":\"%s\",\"graph\":%s,\"precision\":\"%s\","
           "\"optimizer\":\"%s\",\"steps\":%d,\"params\":%lld,\"step_s\":%.6f,\"step_s_min\":%.6f,"
           "\"step_s_max\":%.6f,\"tokens_per_s\":%.1f,\"loss_first\":%.6f,\"loss_last\":%.6f,"
           "\"peak_bytes\":%lld,\"predicted_peak_bytes\":%lld,\"predicted_reserved_bytes\":%lld,"
@@ -487,7 +490,7 @@ int gpt_step_main(int argc, char** argv) {
           "\"segments\":%s%s%s%s}\n",
           B::describe().c_str(), threads, layers, d, heads, seq, batch, vocab,
           static_cast<long long>(c.padded_vocab()), r.name.c_str(), use_graph ? "true" : "false",
-          optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
+          precision.c_str(), optimizer.c_str(), steps, static_cast<long long>(model.num_parameters()), t.median,
           t.min, t.max, batch * seq / t.median, r.loss_first, r.loss_last,
           static_cast<long long>(r.peak), static_cast<long long>(r.predicted_peak),
           static_cast<long long>(r.predicted_reserved), r.estimate_s,

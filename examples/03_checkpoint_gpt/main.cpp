@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // 03_checkpoint_gpt: trains the same small GPT on the same text with each checkpoint strategy
 // and prints peak memory, step time and final loss side by side (and draws them in
-// checkpoint_gpt.svg). The losses agree exactly: checkpointing changes memory and time, never
-// the numbers.
+// checkpoint_gpt.svg), then none and block again in bf16 (nn::GPTConfig::precision). The
+// losses agree exactly within a precision: checkpointing changes memory and time, never the
+// numbers.
 //   Run: build/examples/03_checkpoint_gpt [steps] [threads] [layers] [plot.svg]
 #include <algorithm>
 #include <chrono>
@@ -17,12 +18,13 @@ using namespace remat;
 
 namespace {
 struct Row {
-  std::string strategy;
+  std::string strategy;  // with "/bf16" for the bf16 rows
   double step_ms = 0, peak_mib = 0, saved_mib = 0;
   float first_loss = 0, last_loss = 0;
 };
 
-Row train(const std::string& strategy, int steps, int layers, const std::string& text) {
+Row train(const std::string& strategy, DType precision, int steps, int layers,
+          const std::string& text) {
   nn::GPTConfig c;
   c.vocab_size = 256;  // bytes
   c.block_size = 128;
@@ -30,6 +32,7 @@ Row train(const std::string& strategy, int steps, int layers, const std::string&
   c.n_embd = 128;
   c.n_head = 4;
   c.checkpoint = nn::CheckpointStrategy::parse(strategy);
+  c.precision = precision;
   Tape<Cpu> tape;
   nn::GPT<Cpu> model(tape, c);
   optim::AdamW<Cpu> opt(model.parameters(), {1e-3f});
@@ -37,7 +40,7 @@ Row train(const std::string& strategy, int steps, int layers, const std::string&
   std::vector<std::int32_t> x(B * T), y(B * T);
   std::vector<double> times;
   Row r;
-  r.strategy = strategy;
+  r.strategy = precision == DType::bf16 ? strategy + "/bf16" : strategy;
   for (int step = 0; step < steps; ++step) {
     for (int b = 0; b < B; ++b)
       for (int t = 0; t < T; ++t) {
@@ -69,7 +72,7 @@ void write_svg(const std::string& path, const std::vector<Row>& rows) {
   if (!f) return;
   double top = 1;
   for (const Row& r : rows) top = std::max(top, r.peak_mib);
-  const int W = 120 * static_cast<int>(rows.size()) + 80, H = 300, base = 250;
+  const int W = 120 * static_cast<int>(rows.size()) + 120, H = 300, base = 250;
   std::fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' font-size='12'>\n", W, H);
   std::fprintf(f, "<text x='10' y='18' font-size='14'>peak memory per checkpoint strategy (MiB)</text>\n");
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -110,17 +113,22 @@ int main(int argc, char** argv) {
   std::printf("%-11s %14s %16s %10s %11s %11s\n", "strategy", "peak MiB", "saved act. MiB",
               "step ms", "first loss", "final loss");
   std::vector<Row> rows;
-  for (const char* s : {"none", "block", "save_linear", "sqrt"}) {
-    rows.push_back(train(s, steps, layers, text));
+  const std::pair<const char*, DType> runs[] = {{"none", DType::f32},        {"block", DType::f32},
+                                                {"save_linear", DType::f32}, {"sqrt", DType::f32},
+                                                {"none", DType::bf16},       {"block", DType::bf16}};
+  for (const auto& [s, precision] : runs) {
+    rows.push_back(train(s, precision, steps, layers, text));
     const Row& r = rows.back();
     std::printf("%-11s %14.1f %16.1f %10.1f %11.4f %11.4f\n", r.strategy.c_str(), r.peak_mib,
                 r.saved_mib, r.step_ms, r.first_loss, r.last_loss);
   }
-  bool same = true;
-  for (const Row& r : rows) same = same && r.last_loss == rows[0].last_loss;
-  std::printf("\nfinal losses %s; checkpointing keeps %.0f%% of the plain peak (block)\n",
-              same ? "identical across strategies" : "DIFFER (a bug: please report it)",
-              100.0 * rows[1].peak_mib / rows[0].peak_mib);
+  bool same = true;  // within each precision: rows 0-3 fp32, 4-5 bf16
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    same = same && rows[i].last_loss == rows[i < 4 ? 0 : 4].last_loss;
+  std::printf("\nfinal losses %s; checkpointing keeps %.0f%% of the plain peak (block); bf16 "
+              "keeps %.0f%% of fp32's saved activations (none)\n",
+              same ? "identical across strategies (fp32, and bf16)" : "DIFFER (a bug: please report it)",
+              100.0 * rows[1].peak_mib / rows[0].peak_mib, 100.0 * rows[4].saved_mib / rows[0].saved_mib);
   const std::string svg = argc > 4 ? argv[4] : "checkpoint_gpt.svg";
   write_svg(svg, rows);
   std::printf("plot: %s\n", svg.c_str());

@@ -24,6 +24,7 @@ struct Flags {
   std::uint64_t seed = 1337;
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
               resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
+  std::string precision = "fp32";  // or bf16: what the blocks and the head compute in
   int snapshot_every = 0, sample = 0, grad_accum = 1, global_batch = 0, vocab_multiple = 1;
   bool json = false, estimate = false, profile = true, zero = false, batch_invariant = false;
   bool decay_all = false;  // --weight-decay on every parameter, not only on matrices

@@ -108,6 +108,10 @@ void add_options(CLI::App& app, Flags& f) {
   app.add_flag("--decay-all", f.decay_all, "apply --weight-decay to every parameter, norms' gains "
                "and biases too");
   app.add_option("--dropout", f.dropout, "dropout probability");
+  app.add_option("--precision", f.precision,
+                 "fp32, or bf16: activations and products in bf16 with fp32 sums, the weights, "
+                 "their gradients and the optimizer's state in fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--checkpoint", f.checkpoint,
                  "none, block, every:N, sqrt, save_linear (old name: selective), budget:SIZE "
                  "(e.g. budget:300MiB: the fastest plan whose whole step fits) or auto (the "

@@ -193,6 +193,7 @@ inline ModelSource model_source(Flags& f, const CLI::App& app,
   ModelSource m = f.init_from.empty() ? model_from_flags(f, app, tok) : model_from_file(f, app, tok);
   m.config.vocab_multiple = f.vocab_multiple;  // internal: files keep vocab_size rows
   m.config.dropout = f.dropout;
+  m.config.precision = f.precision == "bf16" ? DType::bf16 : DType::f32;
   m.config.seed = f.seed;
   m.config.checkpoint = nn::CheckpointStrategy::parse(f.checkpoint);
   return m;

@@ -94,6 +94,26 @@ resumed=$(grep -o '"loss":[^,]*' "$DIR/resumed.jsonl")
 if [ -n "$full" ] && [ "$full" = "$resumed" ]; then ok "resume reproduces steps 4-6 bit for bit"; else
   bad "resume: uninterrupted [$full] resumed [$resumed]"; fi
 
+# --precision bf16: a resume reproduces the uninterrupted bf16 run bit for bit (the snapshot
+# keeps the f32 weights), its losses differ from fp32's (it computes in bf16) by under 2%, and
+# resuming it in fp32 is refused.
+"$BIN" "${run[@]}" --precision bf16 --steps 6 > "$DIR/bf.jsonl" 2>"$DIR/err" || bad "bf16 run: $(cat "$DIR/err")"
+"$BIN" "${run[@]}" --precision bf16 --steps 3 --snapshot-every 3 --snapshot-path "$DIR/bfsnap" > /dev/null 2>"$DIR/err" || bad "bf16 first half: $(cat "$DIR/err")"
+"$BIN" "${run[@]}" --precision bf16 --steps 6 --resume "$DIR/bfsnap" > "$DIR/bfr.jsonl" 2>"$DIR/err" || bad "bf16 resumed: $(cat "$DIR/err")"
+bf_full=$(grep -o '"loss":[^,]*' "$DIR/bf.jsonl" | tail -n 3)
+bf_resumed=$(grep -o '"loss":[^,]*' "$DIR/bfr.jsonl")
+if [ -n "$bf_full" ] && [ "$bf_full" = "$bf_resumed" ] && [ "$bf_full" != "$full" ] &&
+   paste <(grep -o '"loss":[^,]*' "$DIR/full.jsonl" | cut -d: -f2) <(grep -o '"loss":[^,]*' "$DIR/bf.jsonl" | cut -d: -f2) |
+   awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > 0.02) bad = 1 } END { exit bad }'; then
+  ok "--precision bf16: resumed bit for bit, within 2% of fp32 and not equal to it"; else
+  bad "--precision bf16: fp32 [$full] bf16 [$bf_full] resumed [$bf_resumed]"; fi
+expect_error "resume a bf16 snapshot in fp32" "computes in bf16, but this model computes in f32" \
+  "${run[@]}" --steps 6 --resume "$DIR/bfsnap"
+"$BIN" "${run[@]}" --precision fp16 > "$DIR/out" 2>"$DIR/err"
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q -- "--precision" "$DIR/err" && grep -q "fp16" "$DIR/err" && ! grep -q '"step"' "$DIR/out"; then
+  ok "--precision fp16 is refused before training"; else bad "--precision fp16: exit $rc, $(cat "$DIR/err")"; fi
+
 # --batch-invariant (NOTE [batch-invariant] in examples/train_gpt/trainer.hpp): one sequence per
 # micro-step, so --batch 4 trains bit for bit as --batch 1 x 4 micro-steps and as --batch 2 x 2
 # (losses and weights). The control, without dropout: plain --batch 4 differs from --batch 1 x 4

@@ -72,6 +72,7 @@ Result run_optim(const std::string& name) {
 /// A GPT's size: the default is tiny (head size 16); GPT-2's head size is 64.
 struct GptShape {
   std::int64_t n_embd = 64, n_head = 4, n_layer = 3;
+  remat::DType precision = remat::DType::f32;  // what the blocks and the head compute in
 };
 
 /// The tests' GPT: vocabulary 64, 32 positions, the shape and the checkpoint strategy given.
@@ -83,6 +84,7 @@ inline remat::nn::GPTConfig gpt_config(const std::string& strategy, float dropou
   c.n_embd = shape.n_embd;
   c.n_head = shape.n_head;
   c.dropout = dropout;
+  c.precision = shape.precision;
   c.checkpoint = remat::nn::CheckpointStrategy::parse(strategy);
   return c;
 }

@@ -375,3 +375,151 @@ TEST_CASE("bf16 products: errors", "[ops][bf16][matmul][errors]") {
   require_error([&] { (void)linear(ab, bb, bias, tape.randn({3, 2}, 1.0f, 4)); },
                 {"remat::linear", "residual is f32 [3, 2]", "expected bf16"});
 }
+
+namespace {
+
+// The ops that take bf16 by widening (NOTE [bf16 by widening]): run f on f32 inputs, then on
+// bf16 copies of the same (bf16-representable) values in a fresh tape of the same seed, each a
+// bf16 activation whose gradient is bf16. The bf16 output must be round_bf16 of the f32 output,
+// bit for bit, and each input's gradient round_bf16 of the f32 gradient: the op computed in
+// fp32 and rounded each result once.
+template <class F>
+void check_widened(const std::vector<Shape>& shapes, F f) {
+  std::vector<float> out[2];
+  std::vector<std::vector<float>> grads[2];
+  for (int bf = 0; bf < 2; ++bf) {
+    Tape<Cpu> tape(7);
+    std::vector<T> leaves, in;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      leaves.push_back(rounded(tape, shapes[i], 10 + i, true));
+      in.push_back(bf ? to_dtype(leaves.back(), DType::bf16) +
+                            to_dtype(tape.zeros(shapes[i]), DType::bf16)
+                      : leaves.back());
+      if (bf) REQUIRE(in.back().grad_dtype() == DType::bf16);
+    }
+    const T y = f(in);
+    REQUIRE(y.dtype() == (bf ? DType::bf16 : DType::f32));
+    const T s = rounded(tape, y.shape(), 99);  // dy, exact in bf16
+    tape.backward(sum(to_dtype(y, DType::f32) * s));
+    out[bf] = y.to_vector();
+    for (const T& l : leaves) grads[bf].push_back(l.grad().to_vector());
+  }
+  auto round_all = [](std::vector<float> v) {
+    for (float& x : v) x = math::round_bf16(x);
+    return v;
+  };
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  CHECK(same(round_all(out[0]), out[1]));
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    INFO("input " << i);
+    CHECK(same(round_all(grads[0][i]), grads[1][i]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bf16 by widening: gelu, dropout, the binary ops, attention round once, forward and back",
+          "[ops][bf16][widened]") {
+  SECTION("gelu") { check_widened({{6, 40}}, [](const std::vector<T>& x) { return gelu(x[0]); }); }
+  SECTION("dropout") {
+    check_widened({{6, 40}}, [](const std::vector<T>& x) { return dropout(x[0], 0.3f); });
+  }
+  SECTION("add, sub, mul, div, a row broadcast") {
+    check_widened({{6, 40}, {6, 40}}, [](const std::vector<T>& x) { return x[0] + x[1]; });
+    check_widened({{6, 40}, {40}}, [](const std::vector<T>& x) { return x[0] - x[1]; });
+    check_widened({{6, 40}, {6, 40}}, [](const std::vector<T>& x) { return x[0] * x[1]; });
+    check_widened({{6, 40}, {6, 1}}, [](const std::vector<T>& x) { return x[0] * x[1]; });
+  }
+  SECTION("attention, causal and not") {
+    for (bool causal : {true, false})
+      check_widened({{2, 3, 9, 8}, {2, 3, 9, 8}, {2, 3, 9, 8}}, [causal](const std::vector<T>& x) {
+        return attention(x[0], x[1], x[2], causal);
+      });
+  }
+  SECTION("self_attention on a packed qkv, on both CPU paths") {
+    for (cpu::AttentionPath p : {cpu::AttentionPath::fused, cpu::AttentionPath::materialized}) {
+      Cpu::set_attention_path(p);
+      check_widened({{2, 70, 48}}, [](const std::vector<T>& x) { return self_attention(x[0], 4); });
+    }
+    Cpu::set_attention_path(cpu::AttentionPath::from_env);
+  }
+}
+
+TEST_CASE("bf16 by widening: the estimate counts the temporaries, checkpointed = plain",
+          "[ops][bf16][widened][memory]") {
+  // a block of the widened ops with dropout, checkpointed
+  // (B, T, 3C) -> (B, T, C)
+  auto block = [](const auto& a) { return self_attention(dropout(gelu(a), 0.2f) * a, 4); };
+  auto program = [&](auto& t) {
+    using B = typename std::decay_t<decltype(t)>::backend;
+    const Tensor<B> x = t.randn({4, 32, 96}, 1.0f, 1, true);
+    const Tensor<B> h = to_dtype(x, DType::bf16);
+    reset_peak_memory<B>();
+    const std::int64_t live0 = memory_stats<B>().live_total;
+    const Tensor<B> g = gelu(h);  // the f32 temporaries are gone: two bytes an element remain
+    CHECK(memory_stats<B>().live_total - live0 == 4 * 32 * 96 * 2);
+    const Tensor<B> y = checkpoint([&](const Tensor<B>& a) { return block(a); }, g);
+    t.backward(sum(to_dtype(y, DType::f32)));
+  };
+  Tape<Cpu> tape(4);
+  program(tape);
+  const std::int64_t measured = memory_stats<Cpu>().peak_total;
+  const auto est = estimate_memory<Cpu>([&](auto& t) { program(t); });
+  CHECK(est.peak_total == measured);
+
+  const T x = tape.randn({2, 16, 48}, 1.0f, 5, true);
+  const auto r = testing::compare_runs(
+      tape,
+      [&](bool ck) {
+        const T h = to_dtype(x, DType::bf16);
+        return sum(to_dtype(ck ? checkpoint([&](const T& a) { return block(a); }, h) : block(h),
+                            DType::f32));
+      },
+      {x});
+  INFO(r.detail);
+  CHECK(r.equal);
+}
+
+TEST_CASE("bf16 by widening: errors", "[ops][bf16][widened][errors]") {
+  Tape<Cpu> tape(5);
+  const T a = tape.randn({3, 4}, 1.0f, 1), b = tape.randn({3, 4}, 1.0f, 2);
+  const T ab = to_dtype(a, DType::bf16);
+  require_error([&] { (void)(ab + b); },
+                {"remat::add", "a is bf16 [3, 4]", "b is f32 [3, 4]", "one element type"});
+  require_error([&] { (void)attention(ab, ab, a); }, {"remat::attention", "v f32", "one element type"});
+  require_error([&] { (void)gelu(tape.tokens({2}, {0, 1})); },
+                {"remat::gelu", "must be f32 or bf16, found i32"});
+  const T w1 = tape.randn({4, 8}, 1.0f, 3), b1 = tape.zeros({8}), w2 = tape.randn({8, 4}, 1.0f, 4),
+          b2 = tape.zeros({4});
+  require_error([&] { (void)mlp(ab, w1, b1, w2, b2); }, {"remat::mlp", "x must be f32, found bf16"});
+}
+
+TEST_CASE("bf16 by widening: a bf16 gradient written, then added into, rounded once each",
+          "[ops][bf16][widened][grad]") {
+  // h (bf16, its gradient bf16) feeds two GELUs: the second's gradient g2 is written into h's
+  // buffer (rounded), then the first's g1 added in fp32 and rounded again
+  const Shape shape{5, 33};
+  auto grads = [&](bool first, bool second, bool bf) {
+    Tape<Cpu> tape(2);
+    const T a = rounded(tape, shape, 1, true);
+    const T h = bf ? to_dtype(a, DType::bf16) + to_dtype(tape.zeros(shape), DType::bf16) : a;
+    const T y1 = gelu(h), y2 = gelu(h);
+    const T s1 = rounded(tape, shape, 2), s2 = rounded(tape, shape, 3);
+    T loss = sum(to_dtype(y1, DType::f32) * (first ? s1 : s1 * 0.0f)) +
+             sum(to_dtype(y2, DType::f32) * (second ? s2 : s2 * 0.0f));
+    tape.backward(loss);
+    return a.grad().to_vector();
+  };
+  const std::vector<float> g1 = grads(true, false, false), g2 = grads(false, true, false);
+  const std::vector<float> got = grads(true, true, true);
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    off += got[i] != math::round_bf16(math::round_bf16(g2[i]) + g1[i]);
+  CHECK(off == 0);
+  // and not what a buffer overwritten by the second write would hold
+  std::size_t first_only = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) first_only += got[i] == math::round_bf16(g1[i]);
+  CHECK(first_only < got.size() / 2);
+}

@@ -169,6 +169,23 @@ const std::vector<OpCase<B>>& op_cases() {
        }, Fd::kinked},
       {"cross_entropy_cast_bf16", {{{2, 9, 40}, 2.0f}},
        [targets](const V& x) { return cross_entropy(to_dtype(x[0], DType::bf16), targets(x[0].tape(), 18, 40, 2)); }, Fd::kinked},
+      // the ops computed by widening (NOTE [bf16 by widening]) on a bf16 product's output (their
+      // gradients bf16) and on bf16 copies of f32 leaves (their gradients f32)
+      {"widened_bf16", {{{3, 5, 40}}, {{40, 40}}},
+       [](const V& x) {
+         const T h = matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16));
+         return to_dtype(dropout(gelu(h), 0.3f) * h + h, DType::f32);
+       }, Fd::kinked},
+      {"attention_bf16", {{{2, 3, 20, 16}}, {{2, 3, 20, 16}}, {{2, 3, 20, 16}}},
+       [](const V& x) {
+         return to_dtype(attention(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16),
+                                   to_dtype(x[2], DType::bf16), true), DType::f32);
+       }, Fd::kinked},
+      {"self_attention_bf16", {{{2, 20, 24}}, {{24, 96}}},
+       [](const V& x) {
+         const T qkv = matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16));
+         return to_dtype(self_attention(qkv, 4), DType::f32);
+       }, Fd::kinked},
       {"max_axis", {{{4, 33, 6}}}, [](const V& x) { return max(x[0], 1); }, Fd::kinked},
       {"max_last", {{{5, 300}}}, [](const V& x) { return max(x[0], -1, true); }, Fd::kinked},
       // at the benchmark's shapes (issue 12): GPT-2's head size 64 and 128, T not a multiple of

@@ -13,7 +13,9 @@
 // output (SavedOperand::keep) keeps the recipe's operands instead, which costs no byte, and
 // backward remakes the output, a temporary the ledger counts (Meta too: the estimate stays
 // exact), with the same kernel on the same inputs: the same bits. A recipe over operands that
-// are recipes remakes those first; what is kept is always the tensors at the roots.
+// are recipes remakes those first; what is kept is always the tensors at the roots. The bf16
+// copy of a parameter (to_dtype) is such an output too: a product keeps the f32 parameter, not
+// the copy, and remakes the copy in backward (one rounding, the same bits).
 // Lifetimes (core/apply.hpp attaches recipes, never the ops):
 //   - in a recorded run the op's node owns the recipe (Saved::made) and the output points to it
 //     weakly: nothing outlives backward, and under NoGrad no recipe is made;
@@ -57,12 +59,12 @@ class SavedOperand {
   std::shared_ptr<const Recipe<B>> recipe_;
 };
 
-/// How to remake a pointwise op's output from what its backward state keeps (an f32 output, as
-/// the ops that make recipes have; an op of another dtype would carry its dtype here).
+/// How to remake a pointwise op's output from what its backward state keeps.
 template <class B>
 struct Recipe {
   std::vector<SavedOperand<B>> operands;
   Shape shape;
+  DType dtype = DType::f32;  // the output's
   Tape<B>* tape = nullptr;
   std::function<void(const std::vector<Tensor<B>>& in, const Tensor<B>& y)> run;
 
@@ -70,7 +72,7 @@ struct Recipe {
     std::vector<Tensor<B>> in;
     in.reserve(operands.size());
     for (const SavedOperand<B>& o : operands) in.push_back(o.get());
-    Tensor<B> y = detail::make_tensor<B>(tape, shape);
+    Tensor<B> y = detail::make_tensor<B>(tape, shape, dtype);
     run(in, y);
     return y;
   }
@@ -83,6 +85,7 @@ std::shared_ptr<const Recipe<B>> make_recipe(std::vector<SavedOperand<B>> operan
   auto r = std::make_shared<Recipe<B>>();
   r->operands = std::move(operands);
   r->shape = out.shape();
+  r->dtype = out.dtype();
   r->tape = &out.tape();
   r->run = std::forward<Run>(run);
   return r;

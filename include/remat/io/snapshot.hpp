@@ -102,7 +102,8 @@ inline std::map<std::string, std::string> config_meta(const nn::GPTConfig& c) {
           {"config.n_head", std::to_string(c.n_head)},
           {"config.vocab_size", std::to_string(c.vocab_size)},
           {"config.block_size", std::to_string(c.block_size)},
-          {"config.dropout", fmt_float(c.dropout)}};
+          {"config.dropout", fmt_float(c.dropout)},
+          {"config.precision", dtype_name(c.precision)}};
 }
 inline void check_config(const SafetensorsFile& f, const nn::GPTConfig& c, const std::string& path) {
   if (meta(f, "format", path) == "remat-state-1") return;  // older: no config stored
@@ -125,6 +126,14 @@ inline void check_config(const SafetensorsFile& f, const nn::GPTConfig& c, const
                 key + 7, " ", saved, ", but this model has ", mine, " (", key + 7,
                 " differs: resume with the model config the snapshot was trained with)");
   }
+  // the compute type: the parameters are f32 either way, but a bf16 run resumed in f32 (or the
+  // reverse) would not continue the same run; snapshots from before it was stored were f32
+  const auto it = f.metadata.find("config.precision");
+  const std::string saved = it == f.metadata.end() ? "f32" : it->second;
+  REMAT_CHECK(saved == now.at("config.precision"), "remat::io::load_state: '", path,
+              "' was saved from a model that computes in ", saved, ", but this model computes in ",
+              now.at("config.precision"), " (precision differs: resume with the precision the "
+              "snapshot was trained with)");
 }
 
 template <class B>

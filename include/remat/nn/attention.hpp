@@ -57,14 +57,17 @@ class MLP : public Module<B> {
     this->add_module("c_fc", c_fc);
     this->add_module("c_proj", c_proj);
   }
-  // x (B, T, C) -> (B, T, C)
+  // x (B, T, C) -> (B, T, C). A bf16 x goes through linear, gelu, linear (remat::mlp is f32
+  // only so far), the same ops and saved bytes.
   Tensor<B> operator()(const Tensor<B>& x, bool training = true) const {
     if (dropout_ > 0.0f && training) return dropout(c_proj(gelu(c_fc(x))), dropout_, training);
+    if (x.dtype() != DType::f32) return c_proj(gelu(c_fc(x)));
     return mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias);
   }
   /// residual + the above: added inside c_proj's GEMM unless dropout is active in between
   Tensor<B> operator()(const Tensor<B>& x, bool training, const Tensor<B>& residual) const {
     if (dropout_ > 0.0f && training) return residual + (*this)(x, training);
+    if (x.dtype() != DType::f32) return c_proj(gelu(c_fc(x)), residual);
     return mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias, residual);
   }
   Linear<B> c_fc, c_proj;

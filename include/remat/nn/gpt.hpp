@@ -178,6 +178,12 @@ struct GPTConfig {
   // rows are zero, the loss and the logits cover vocab_size classes, files hold vocab_size rows
   // (NOTE [padded parameters]).
   std::int64_t vocab_multiple = 1;
+  // The type the blocks and the head compute in: f32, or bf16 (NOTE [precision policy] in
+  // ops/cast.hpp): the residual stream is cast once after the embeddings, each linear layer
+  // casts its weight to its input's type per forward (a recorded op, replayed with the segment
+  // that holds it), norms and the loss read bf16; parameters, gradients and optimizer state
+  // stay f32.
+  DType precision = DType::f32;
 
   /// wte's rows: vocab_size rounded up to a multiple of vocab_multiple.
   std::int64_t padded_vocab() const {
@@ -242,12 +248,12 @@ class GPT : public Module<B> {
     REMAT_CHECK(T <= config.block_size, "remat::nn::GPT: sequence length ", T,
                 " exceeds block_size ", config.block_size,
                 " (expected T <= block_size; build the model with a larger block_size)");
-    return wte(idx) + wpe(tape_->positions(T));  // (B, T, C) + (T, C)
+    return to_dtype(wte(idx) + wpe(tape_->positions(T)), config.precision);  // (B, T, C) + (T, C)
   }
   /// Final layer norm and the tied lm head: x (B, T, C) -> logits (B, T, Vp), Vp =
   /// config.padded_vocab(): the columns past vocab_size are the padding's (zero).
   Tensor<B> head(const Tensor<B>& x) const {
-    return matmul(ln_f(x), wte.weight, false, /*tb=*/true);
+    return matmul(ln_f(x), to_dtype(wte.weight, x.dtype()), false, /*tb=*/true);
   }
   /// The blocks on the residual stream x (B, T, C), checkpointed per config.checkpoint.
   Tensor<B> blocks(Tensor<B> x, bool training = true) const {
@@ -303,10 +309,10 @@ class GPT : public Module<B> {
     }
     return x;
   }
-  /// idx (B, T) i32 -> logits (B, T, V), V = config.vocab_size (a padded head's columns cut
-  /// off: they are never predicted or sampled).
+  /// idx (B, T) i32 -> logits (B, T, V) f32, V = config.vocab_size (a padded head's columns
+  /// cut off: they are never predicted or sampled); bf16 logits are widened.
   Tensor<B> operator()(const Tensor<B>& idx, bool training = true) const {
-    Tensor<B> logits = head(blocks(embed(idx), training));
+    Tensor<B> logits = to_dtype(head(blocks(embed(idx), training)), DType::f32);
     const std::int64_t V = config.vocab_size;
     return logits.size(-1) == V ? logits : slice(logits, -1, 0, V);
   }
@@ -323,6 +329,9 @@ class GPT : public Module<B> {
 
  private:
   static const GPTConfig& checked(const GPTConfig& c) {  // before any parameter is made
+    REMAT_CHECK(c.precision == DType::f32 || c.precision == DType::bf16,
+                "remat::nn::GPT: config has precision ", dtype_name(c.precision),
+                " (expected f32 or bf16)");
     REMAT_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer >= 0 && c.n_embd > 0 &&
                     c.vocab_multiple >= 1 && c.vocab_multiple <= (std::int64_t{1} << 20),
                 "remat::nn::GPT: config has vocab_size ", c.vocab_size, ", block_size ",

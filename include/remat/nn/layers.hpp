@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "remat/nn/module.hpp"
+#include "remat/ops/cast.hpp"
 #include "remat/ops/embedding.hpp"
 #include "remat/ops/layer_norm.hpp"
 #include "remat/ops/matmul.hpp"
@@ -19,11 +20,15 @@ class Linear : public Module<B> {
   Linear(Tape<B>& tape, std::int64_t in, std::int64_t out, float std, std::uint64_t seed)
       : weight(this->add_parameter("weight", init::normal(tape, {in, out}, std, seed))),
         bias(this->add_parameter("bias", init::constant(tape, {out}, 0.0f))) {}
-  Tensor<B> operator()(const Tensor<B>& x) const { return linear(x, weight, bias); }
+  /// x W + b, computed in x's type: a bf16 x takes a bf16 copy of the f32 weight, made here
+  /// by a recorded cast (its gradient f32; NOTE [precision policy] in ops/cast.hpp)
+  Tensor<B> operator()(const Tensor<B>& x) const { return linear(x, weight_as(x), bias); }
   /// residual + x W + b in one GEMM (a residual connection after the layer)
   Tensor<B> operator()(const Tensor<B>& x, const Tensor<B>& residual) const {
-    return linear(x, weight, bias, residual);
+    return linear(x, weight_as(x), bias, residual);
   }
+  /// The weight in x's element type (the weight itself when they agree).
+  Tensor<B> weight_as(const Tensor<B>& x) const { return to_dtype(weight, x.dtype()); }
   Tensor<B> weight, bias;
 };
 

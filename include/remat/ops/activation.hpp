@@ -5,6 +5,7 @@
 #include <array>
 
 #include "remat/core/apply.hpp"
+#include "remat/ops/cast.hpp"
 
 namespace remat {
 
@@ -17,21 +18,26 @@ struct GeluOp {
     Tensor<B> x;  // backward needs the input only
     template <class F> void each(F f) const { f(x); }
   };
+  // x f32 or bf16; y of x's type (NOTE [bf16 by widening])
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x) {
-    detail::check_f32(name, "x", x);
-    auto y = detail::empty_like(x);
-    B::gelu_forward(y.template data<float>(), x.template data<float>(), x.numel());
+    detail::check_float(name, "x", x);
+    const auto xf = detail::widened(x);
+    auto y = detail::empty_like(xf);
+    B::gelu_forward(y.template data<float>(), xf.template data<float>(), x.numel());
     save(s, y, x);
-    return y;
+    return detail::narrowed(y, x.dtype());
   }
   template <class B>
   static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& x) { s.x = x; }
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
-    B::gelu_backward(dinp[0].template data<float>(), s.x.template data<float>(),
-                     dout.template data<float>(), dout.numel(), detail::fresh_at(fresh, 0));
+    const auto xf = detail::widened(s.x), g = detail::widened(dout);
+    detail::F32Grad<B> dx(dinp[0], detail::fresh_at(fresh, 0));
+    B::gelu_backward(dx.data(), xf.template data<float>(), g.template data<float>(), dout.numel(),
+                     dx.set());
+    dx.finish();
   }
 };
 

@@ -4,13 +4,15 @@
 // packed qkv (B, T, 3C) -> (B, T, C) (self_attention: no split, no head transposes, no copies).
 // The backend decides what is kept for backward (aux): each query row's log-sum-exp (B H T
 // floats; the CPU's and CUDA's fused paths, which recompute P in backward) or the
-// probabilities P (B H T T floats; their materialized paths).
+// probabilities P (B H T T floats; their materialized paths). q, k, v (qkv) f32 or bf16, the
+// output of their type; bf16 by widening (NOTE [bf16 by widening] in ops/cast.hpp), aux f32.
 
 #include <array>
 #include <cmath>
 
 #include "remat/core/apply.hpp"
 #include "remat/core/math.hpp"
+#include "remat/ops/cast.hpp"
 
 namespace remat {
 
@@ -30,7 +32,10 @@ struct AttentionOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& q, const Tensor<B>& k,
                            const Tensor<B>& v, bool causal) {
-    for (const Tensor<B>* t : {&q, &k, &v}) detail::check_f32(name, "q, k and v", *t);
+    for (const Tensor<B>* t : {&q, &k, &v}) detail::check_float(name, "q, k and v", *t);
+    REMAT_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "remat::attention: q is ",
+                dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ", dtype_name(v.dtype()),
+                " (expected one element type; hint: to_dtype)");
     REMAT_CHECK(q.rank() >= 2 && q.shape() == k.shape() && q.shape() == v.shape(),
                 "remat::attention: q is ", q.shape().str(), ", k is ", k.shape().str(), ", v is ",
                 v.shape().str(), " (expected three equal shapes (..., T, D), e.g. [B, H, T, D])");
@@ -44,14 +49,16 @@ struct AttentionOp {
     L.q_row = L.o_row = L.D;
     s.scale = 1.0f / std::sqrt(static_cast<float>(L.D));
     s.causal = causal;
-    auto o = detail::empty_like(q);
+    const auto qf = detail::widened(q), kf = detail::widened(k), vf = detail::widened(v);
+    auto o = detail::empty_like(qf);
     s.aux = detail::make_tensor<B>(&q.tape(), Shape{B::attention_aux_numel(L.B * L.H, L.T, L.D)});
     B::attention_forward(L, o.template data<float>(), s.aux.template data<float>(),
-                         q.template data<float>(), k.template data<float>(),
-                         v.template data<float>(), s.scale, causal);
+                         qf.template data<float>(), kf.template data<float>(),
+                         vf.template data<float>(), s.scale, causal);
     s.q = q;
     s.k = k;
     s.v = v;
+    o = detail::narrowed(o, q.dtype());
     if (B::attention_needs_output(L.D)) s.o = o;
     return o;
   }
@@ -59,11 +66,17 @@ struct AttentionOp {
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
     auto ptr = [](const Tensor<B>& t) { return t.defined() ? t.template data<float>() : nullptr; };
-    B::attention_backward(s.L, ptr(dinp[0]), ptr(dinp[1]), ptr(dinp[2]), dout.template data<float>(),
-                          ptr(s.o), s.q.template data<float>(), s.k.template data<float>(),
-                          s.v.template data<float>(), s.aux.template data<float>(), s.scale,
-                          s.causal, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1),
-                          detail::fresh_at(fresh, 2));
+    const auto g = detail::widened(dout), o = detail::widened(s.o);
+    const auto q = detail::widened(s.q), k = detail::widened(s.k), v = detail::widened(s.v);
+    detail::F32Grad<B> dq(dinp[0], detail::fresh_at(fresh, 0)),
+        dk(dinp[1], detail::fresh_at(fresh, 1)), dv(dinp[2], detail::fresh_at(fresh, 2));
+    B::attention_backward(s.L, dq.data(), dk.data(), dv.data(), g.template data<float>(), ptr(o),
+                          q.template data<float>(), k.template data<float>(),
+                          v.template data<float>(), s.aux.template data<float>(), s.scale,
+                          s.causal, dq.set(), dk.set(), dv.set());
+    dq.finish();
+    dk.finish();
+    dv.finish();
   }
 };
 
@@ -81,7 +94,7 @@ struct SelfAttentionOp {
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& qkv, std::int64_t n_head, bool causal) {
-    detail::check_f32(name, "qkv", qkv);
+    detail::check_float(name, "qkv", qkv);
     detail::check_nonempty(name, "qkv", qkv);
     REMAT_CHECK(qkv.rank() == 3 && qkv.size(2) % 3 == 0 && n_head > 0 &&
                     (qkv.size(2) / 3) % n_head == 0,
@@ -103,10 +116,12 @@ struct SelfAttentionOp {
     s.causal = causal;
     auto o = detail::make_tensor<B>(&qkv.tape(), Shape{L.B, L.T, C});
     s.aux = detail::make_tensor<B>(&qkv.tape(), Shape{B::attention_aux_numel(L.B * L.H, L.T, L.D)});
-    const float* q = qkv.template data<float>();
+    const auto qkvf = detail::widened(qkv);
+    const float* q = qkvf.template data<float>();
     B::attention_forward(L, o.template data<float>(), s.aux.template data<float>(), q, q + C,
                          q + 2 * C, s.scale, causal);
     s.qkv = qkv;
+    o = detail::narrowed(o, qkv.dtype());
     if (B::attention_needs_output(L.D)) s.o = o;
     return o;
   }
@@ -115,12 +130,15 @@ struct SelfAttentionOp {
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
     const std::int64_t C = s.L.H * s.L.D;
-    const float* q = s.qkv.template data<float>();
-    float* d = dinp[0].template data<float>();
-    const bool set = detail::fresh_at(fresh, 0);
-    B::attention_backward(s.L, d, d + C, d + 2 * C, dout.template data<float>(),
-                          s.o.defined() ? s.o.template data<float>() : nullptr, q, q + C, q + 2 * C,
+    const auto qkv = detail::widened(s.qkv), g = detail::widened(dout), o = detail::widened(s.o);
+    const float* q = qkv.template data<float>();
+    detail::F32Grad<B> dqkv(dinp[0], detail::fresh_at(fresh, 0));
+    float* d = dqkv.data();
+    const bool set = dqkv.set();
+    B::attention_backward(s.L, d, d + C, d + 2 * C, g.template data<float>(),
+                          o.defined() ? o.template data<float>() : nullptr, q, q + C, q + 2 * C,
                           s.aux.template data<float>(), s.scale, s.causal, set, set, set);
+    dqkv.finish();
   }
 };
 

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "remat/core/apply.hpp"
+#include "remat/ops/cast.hpp"
 
 namespace remat {
 
@@ -21,12 +22,13 @@ struct DropoutOp {
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, float p) {
-    detail::check_f32(name, "x", x);
-    auto y = detail::empty_like(x);
+    detail::check_float(name, "x", x);  // bf16: NOTE [bf16 by widening]
+    const auto xf = detail::widened(x);
+    auto y = detail::empty_like(xf);
     save(s, y, x, p);  // takes the op's counters from the tape's stream
-    B::dropout_forward(y.template data<float>(), x.template data<float>(), x.numel(), p, s.seed,
+    B::dropout_forward(y.template data<float>(), xf.template data<float>(), x.numel(), p, s.seed,
                        s.offset);
-    return y;
+    return detail::narrowed(y, x.dtype());
   }
   // The replay of a checkpoint restores the tape's counter, so this draws the same offset.
   template <class B>
@@ -38,8 +40,11 @@ struct DropoutOp {
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {  // NOTE [fresh gradient buffers]
-    B::dropout_backward(dinp[0].template data<float>(), dout.template data<float>(), dout.numel(),
-                        s.p, s.seed, s.offset, detail::fresh_at(fresh, 0));
+    const auto g = detail::widened(dout);
+    detail::F32Grad<B> dx(dinp[0], detail::fresh_at(fresh, 0));
+    B::dropout_backward(dx.data(), g.template data<float>(), dout.numel(), s.p, s.seed, s.offset,
+                        dx.set());
+    dx.finish();
   }
 };
 

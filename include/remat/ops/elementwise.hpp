@@ -13,6 +13,7 @@
 #include "remat/core/kernel.hpp"
 #include "remat/core/math.hpp"
 #include "remat/core/recipe.hpp"
+#include "remat/ops/cast.hpp"
 #include "remat/ops/matmul.hpp"
 #include "remat/ops/view.hpp"
 
@@ -153,6 +154,7 @@ struct BinaryOp {
   template <class B>
   struct Saved {
     math::BinaryKind kind{};
+    DType t = DType::f32;  // the operands' and the output's
     detail::Broadcast bc;
     // only what the gradients need: mul/div keep the other operand (or its recipe: NOTE
     // [saved as a recipe])
@@ -163,16 +165,20 @@ struct BinaryOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& b,
                            math::BinaryKind kind, const char* op) {
-    detail::check_f32(op, "a", a);
-    detail::check_f32(op, "b", b);
+    detail::check_float(op, "a", a);
+    REMAT_CHECK(a.dtype() == b.dtype(), "remat::", op, ": a is ", dtype_name(a.dtype()), " ",
+                a.shape().str(), ", b is ", dtype_name(b.dtype()), " ", b.shape().str(),
+                " (expected one element type; hint: to_dtype one of them)");
     s.kind = kind;
+    s.t = a.dtype();
     s.bc = detail::broadcast(op, a.shape(), b.shape());
     const auto& bc = s.bc;
     auto y = detail::make_tensor<B>(&a.tape(), bc.out);
-    compute<B>(kind, bc, y.template data<float>(), a.template data<float>(),
-               b.template data<float>());
+    const auto af = detail::widened(a), bf = detail::widened(b);  // NOTE [bf16 by widening]
+    compute<B>(kind, bc, y.template data<float>(), af.template data<float>(),
+               bf.template data<float>());
     keep_operands(s, a, b);
-    return y;
+    return detail::narrowed(y, s.t);
   }
   // y = a op b in the kernel form bc says (NOTE [broadcasting])
   template <class B>
@@ -187,6 +193,7 @@ struct BinaryOp {
   static void save(Saved<B>& s, const Tensor<B>&, const Tensor<B>& a, const Tensor<B>& b,
                    math::BinaryKind kind, const char* op) {
     s.kind = kind;
+    s.t = a.dtype();
     s.bc = detail::broadcast(op, a.shape(), b.shape());
     keep_operands(s, a, b);
   }
@@ -215,7 +222,7 @@ struct BinaryOp {
   // recipe]): y = a op b again, the same kernel.
   template <class B>
   static std::shared_ptr<const Recipe<B>> recipe(const Saved<B>& s, const Tensor<B>& out) {
-    if (!s.a.defined() || !s.b.defined()) return nullptr;
+    if (!s.a.defined() || !s.b.defined() || s.t != DType::f32) return nullptr;
     return make_recipe<B>({s.a, s.b}, out,
                           [kind = s.kind, bc = s.bc](const std::vector<Tensor<B>>& in, const Tensor<B>& y) {
                             compute<B>(kind, bc, y.template data<float>(),
@@ -234,22 +241,26 @@ struct BinaryOp {
   template <class B>
   static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
                        const std::vector<char>& fresh) {
-    const float* g = dout.template data<float>();
-    const Tensor<B> ta = s.a.get(), tb = s.b.get();  // remade here when kept as recipes
+    // bf16: every tensor widened, every gradient in f32 then handed back (NOTE [bf16 by
+    // widening]); an operand kept as a recipe is remade here
+    const Tensor<B> gt = detail::widened(dout);
+    const Tensor<B> ta = detail::widened(s.a.get()), tb = detail::widened(s.b.get());
+    const float* g = gt.template data<float>();
     const float* a = ta.defined() ? ta.template data<float>() : g;  // g: never read
     const float* b = tb.defined() ? tb.template data<float>() : g;
-    auto out = [&](std::size_t i) {  // nothing to write where dout passed through
-      return dinp[i].defined() && !detail::passed_at(fresh, i) ? dinp[i].template data<float>()
-                                                               : nullptr;
+    auto grad = [&](std::size_t i) {  // nothing to write where dout passed through
+      return detail::F32Grad<B>(!detail::passed_at(fresh, i) ? dinp[i] : Tensor<B>(),
+                                detail::fresh_at(fresh, i));
     };
-    float* da = out(0);
-    float* db = out(1);
+    detail::F32Grad<B> da = grad(0), db = grad(1);
     if (s.bc.a_col || s.bc.b_col)
-      run_kernel<B>(ColumnBackward{s.kind, da, db, g, a, b, s.bc.outer, s.bc.inner, s.bc.a_col,
-                                   detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1)});
+      run_kernel<B>(ColumnBackward{s.kind, da.data(), db.data(), g, a, b, s.bc.outer, s.bc.inner,
+                                   s.bc.a_col, da.set(), db.set()});
     else
-      B::binary_backward(s.kind, da, db, g, a, b, s.bc.outer, s.bc.inner, s.bc.a_bcast,
-                         s.bc.b_bcast, detail::fresh_at(fresh, 0), detail::fresh_at(fresh, 1));
+      B::binary_backward(s.kind, da.data(), db.data(), g, a, b, s.bc.outer, s.bc.inner,
+                         s.bc.a_bcast, s.bc.b_bcast, da.set(), db.set());
+    da.finish();
+    db.finish();
   }
 
   // The column form (NOTE [broadcasting]): y (rows, C) = a op b where a (a_col) or else b is a

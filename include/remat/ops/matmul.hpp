@@ -129,8 +129,8 @@ struct MatmulOp {
   template <class B>
   struct Saved {
     detail::MatmulPlan p;
-    Tensor<B> a, b;
-    template <class F> void each(F f) const { f(a); f(b); }
+    SavedOperand<B> a, b;  // or their recipes: a bf16 copy of a parameter keeps the parameter
+    template <class F> void each(F f) const { a.each(f); b.each(f); }
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& b, bool ta, bool tb) {
@@ -161,8 +161,8 @@ struct MatmulOp {
   // dA needs B and dB needs A: keep each only when the other operand wants a gradient.
   template <class B>
   static void keep_operands(Saved<B>& s, const Tensor<B>& a, const Tensor<B>& b) {
-    if (b.requires_grad() || b.impl()->segment_grad) s.a = a;
-    if (a.requires_grad() || a.impl()->segment_grad) s.b = b;
+    if (b.requires_grad() || b.impl()->segment_grad) s.a.keep(a);
+    if (a.requires_grad() || a.impl()->segment_grad) s.b.keep(b);
   }
   // One bf16 product (GemmKernel) over p.batch matrices.
   template <class B>
@@ -186,7 +186,8 @@ struct MatmulOp {
       const DType dt = dout.dtype();
       if (dinp[0].defined()) {
         void* da = dinp[0].template data<void>();
-        const void* b = s.b.template data<void>();
+        const Tensor<B> b_kept = s.b.get();  // remade here when kept as a recipe
+        const void* b = b_kept.template data<void>();
         const bool acc = !detail::fresh_at(fresh, 0);
         if (!p.ta)
           run_gemm<B>(p, false, !p.tb, da, dinp[0].dtype(), p.K, p.sa, dc, p.N, p.sc, b, p.ldb(),
@@ -197,7 +198,8 @@ struct MatmulOp {
       }
       if (dinp[1].defined()) {
         void* db = dinp[1].template data<void>();
-        const void* a = s.a.template data<void>();
+        const Tensor<B> a_kept = s.a.get();  // remade here when kept as a recipe
+        const void* a = a_kept.template data<void>();
         const bool acc = !detail::fresh_at(fresh, 1);
         if (!p.tb)
           run_gemm<B>(p, !p.ta, false, db, dinp[1].dtype(), p.N, p.sb, a, p.lda(), p.sa, dc, p.N,
@@ -217,7 +219,8 @@ struct MatmulOp {
     };
     if (dinp[0].defined()) {
       float* da = dinp[0].template data<float>();
-      const float* b = s.b.template data<float>();
+      const Tensor<B> b_kept = s.b.get();  // remade here when kept as a recipe
+      const float* b = b_kept.template data<float>();
       const float ba = beta(0, p.sa);
       if (!p.ta)
         B::gemm_batched(false, !p.tb, p.M, p.K, p.N, 1.0f, dc, p.N, p.sc, b, p.ldb(), p.sb, ba,
@@ -228,7 +231,8 @@ struct MatmulOp {
     }
     if (dinp[1].defined()) {
       float* db = dinp[1].template data<float>();
-      const float* a = s.a.template data<float>();
+      const Tensor<B> a_kept = s.a.get();  // remade here when kept as a recipe
+      const float* a = a_kept.template data<float>();
       const float bb = beta(1, p.sb);
       if (!p.tb)
         B::gemm_batched(!p.ta, false, p.K, p.N, p.M, 1.0f, a, p.lda(), p.sa, dc, p.N, p.sc, bb,
@@ -250,8 +254,9 @@ struct LinearOp {
   struct Saved {
     std::int64_t rows = 0, in = 0, out = 0;
     bool residual = false;
-    Tensor<B> x, w;
-    template <class F> void each(F f) const { f(x); f(w); }
+    Tensor<B> x;
+    SavedOperand<B> w;  // or its recipe: a bf16 copy of a parameter keeps the parameter
+    template <class F> void each(F f) const { f(x); w.each(f); }
   };
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& x, const Tensor<B>& w,
@@ -304,7 +309,7 @@ struct LinearOp {
     s.out = w.size(1);
     s.rows = x.numel() / (s.in ? s.in : 1);
     if (w.requires_grad() || w.impl()->segment_grad) s.x = x;
-    if (x.requires_grad() || x.impl()->segment_grad) s.w = w;
+    if (x.requires_grad() || x.impl()->segment_grad) s.w.keep(w);
   }
   template <class B>
   static void save(Saved<B>& s, const Tensor<B>& y, const Tensor<B>& x, const Tensor<B>& w,
@@ -331,10 +336,12 @@ struct LinearOp {
       const DType dt = dout.dtype();
       if (dinp.size() > 3 && dinp[3].defined() && !detail::passed_at(fresh, 3))
         detail::convert_into(dinp[3], dout, !detail::fresh_at(fresh, 3));
-      if (dinp[0].defined())
+      if (dinp[0].defined()) {
+        const Tensor<B> w = s.w.get();  // remade here when kept as a recipe
         run_kernel<B>(GemmKernel{dinp[0].template data<void>(), dinp[0].dtype(), s.in, 0, dy, s.out,
-                                 0, s.w.template data<void>(), s.out, 0, dt, nullptr, nullptr,
+                                 0, w.template data<void>(), s.out, 0, dt, nullptr, nullptr,
                                  false, true, !detail::fresh_at(fresh, 0), s.rows, s.in, s.out, 1});
+      }
       if (dinp[1].defined())
         run_kernel<B>(GemmKernel{dinp[1].template data<void>(), dinp[1].dtype(), s.out, 0,
                                  s.x.template data<void>(), s.in, 0, dy, s.out, 0, dt, nullptr,
@@ -347,9 +354,11 @@ struct LinearOp {
     }
     const float* dy = dout.template data<float>();
     detail::gradient_is_dout(dinp, 3, dout, fresh);
-    if (dinp[0].defined())
-      B::gemm(false, true, s.rows, s.in, s.out, 1.0f, dy, s.out, s.w.template data<float>(),
+    if (dinp[0].defined()) {
+      const Tensor<B> w = s.w.get();
+      B::gemm(false, true, s.rows, s.in, s.out, 1.0f, dy, s.out, w.template data<float>(),
               s.out, detail::fresh_at(fresh, 0) ? 0.0f : 1.0f, dinp[0].template data<float>(), s.in);
+    }
     const float beta_w = detail::fresh_at(fresh, 1) ? 0.0f : 1.0f;
     if (dinp[1].defined() && dinp[2].defined() && detail::fresh_at(fresh, 2)) {
       B::linear_backward_weight(dinp[1].template data<float>(), dinp[2].template data<float>(),

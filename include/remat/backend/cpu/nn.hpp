@@ -364,14 +364,72 @@ struct CpuNn {
     return static_cast<std::size_t>(N) * sizeof(double);
   }
 
-  static std::size_t scratch(const CrossEntropyOp::Forward& k) { return cross_entropy_forward_scratch(k.N); }
+  static std::size_t scratch(const CrossEntropyOp::Forward& k) {
+    return cross_entropy_forward_scratch(k.N) + (k.t == DType::f32 ? 0 : cross_entropy_rows(k.N, k.V));
+  }
+  static std::size_t scratch(const CrossEntropyOp::Backward& k) {
+    return k.dt == DType::f32 && k.lt == DType::f32 ? 0 : cross_entropy_rows(k.N, k.V);
+  }
+  /// Bytes of the fp32 rows the bf16 cross-entropy works in: one row of V per parallel chunk
+  /// (an even count of floats: forward's rows follow its doubles in one scratch).
+  static std::size_t cross_entropy_rows(std::int64_t N, std::int64_t V) {
+    const std::size_t floats = static_cast<std::size_t>(num_chunks(N, 8)) * static_cast<std::size_t>(V);
+    return (floats + floats % 2) * sizeof(float);
+  }
+  // The bf16 cross-entropy, in functions of their own (GCC 12 misreads Eigen's AVX-512 code
+  // beside the f32 loops as uninitialized): each row widened into this chunk's fp32 row, then
+  // as f32. Forward: lse and the row losses (part), in the rows (cross_entropy_rows).
+  static void cross_entropy_rows_forward(const CrossEntropyOp::Forward& k, double* part, float* rows) {
+    const std::int64_t N = k.N, V = k.V, ld = k.ld;
+    parallel_for_chunks(N, num_chunks(N, 8), [&](int c, std::int64_t rb, std::int64_t re) {
+      float* x = rows + static_cast<std::size_t>(c) * V;
+      for (std::int64_t r = rb; r < re; ++r) {
+        widen_row(x, k.logits, k.t, r * ld, V);
+        CArr X(x, V);
+        const float m = X.maxCoeff();
+        k.lse[r] = m + std::log((X - m).exp().sum());
+        part[r] = static_cast<double>(k.lse[r]) - x[k.targets[r]];
+      }
+    });
+  }
+  // Backward: each row read whole before it is written (dlogits may be the logits), the
+  // target's term subtracted (and an old value added) before the one rounding.
+  static void cross_entropy_rows_backward(const CrossEntropyOp::Backward& k, float scale,
+                                          float* rows) {
+    const std::int64_t N = k.N, V = k.V, ld = k.ld;
+    parallel_for_chunks(N, num_chunks(N, 8), [&](int c, std::int64_t rb, std::int64_t re) {
+      float* x = rows + static_cast<std::size_t>(c) * V;
+      for (std::int64_t r = rb; r < re; ++r) {
+        widen_row(x, k.logits, k.lt, r * ld, V);
+        Arr X(x, V);
+        X = scale * (X - k.lse[r]).exp();
+        x[k.targets[r]] -= scale;
+        for (std::int64_t i = 0; i < V; ++i) {
+          const std::int64_t e = r * ld + i;
+          math::store_f32(k.dlogits, k.dt, e, k.set ? x[i] : math::load_f32(k.dlogits, k.dt, e) + x[i]);
+        }
+        if (k.set)
+          for (std::int64_t i = V; i < ld; ++i) math::store_f32(k.dlogits, k.dt, r * ld + i, 0.0f);
+      }
+    });
+  }
+  // One row of V elements of either type as fp32 in x (bf16 widened: exact).
+  static void widen_row(float* x, const void* p, DType t, std::int64_t at, std::int64_t V) {
+    if (t == DType::f32) {
+      std::memcpy(x, static_cast<const float*>(p) + at, sizeof(float) * static_cast<std::size_t>(V));
+      return;
+    }
+    const bf16* h = static_cast<const bf16*>(p) + at;
+    for (std::int64_t i = 0; i < V; ++i) x[i] = math::from_bf16(h[i]);
+  }
   // CrossEntropyOp::Forward: lse (N), the row losses summed in double, in order; bf16 logits
-  // widened as they are read (the max, then the sum of exponentials in fp32)
+  // widened a row at a time into fp32 scratch (the max, then the sum of exponentials in fp32)
   static void run(const CrossEntropyOp::Forward& k) {
     const std::int64_t N = k.N, V = k.V, ld = k.ld;
     float *loss = k.loss, *lse = k.lse;
     const std::int32_t* targets = k.targets;
-    const Scratch<double> part(cross_entropy_forward_scratch(N) / sizeof(double));
+    // one scratch of scratch(k) bytes, as the estimate holds: N doubles, then bf16's rows
+    const Scratch<double> part(scratch(k) / sizeof(double));
     if (k.t == DType::f32) {
       const float* logits = static_cast<const float*>(k.logits);
       parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
@@ -383,42 +441,24 @@ struct CpuNn {
         }
       });
     } else {
-      parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
-        for (std::int64_t r = rb; r < re; ++r) {
-          float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
-          for (std::int64_t i = 0; i < V; ++i) m = std::max(m, math::load_f32(k.logits, k.t, r * ld + i));
-          for (std::int64_t i = 0; i < V; ++i) s += std::exp(math::load_f32(k.logits, k.t, r * ld + i) - m);
-          lse[r] = m + std::log(s);
-          part.data()[r] = static_cast<double>(lse[r]) - math::load_f32(k.logits, k.t, r * ld + targets[r]);
-        }
-      });
+      cross_entropy_rows_forward(k, part.data(), reinterpret_cast<float*>(part.data() + N));
     }
     double total = 0.0;
-    for (std::size_t i = 0; i < part.size(); ++i) total += part.data()[i];  // serial: deterministic
+    for (std::int64_t i = 0; i < N; ++i) total += part.data()[i];  // serial: deterministic
     loss[0] = static_cast<float>(total / static_cast<double>(N));
   }
   // CrossEntropyOp::Backward (dlogits may be the logits with set: each element is read before
-  // it is written). bf16 logits or dlogits: element by element, the target's term subtracted
-  // before the one rounding.
+  // it is written). bf16 logits or dlogits: a row at a time in fp32 scratch, the target's term
+  // subtracted (and a gradient's old value added) before the one rounding.
   static void run(const CrossEntropyOp::Backward& k) {
     const std::int64_t N = k.N, V = k.V, ld = k.ld;
     const float* lse = k.lse;
     const std::int32_t* targets = k.targets;
     const bool set = k.set;
     const float scale = k.dloss[0] / static_cast<float>(N);
+    const Scratch<float> rows(scratch(k) / sizeof(float));  // as the estimate holds (f32: none)
     if (k.dt != DType::f32 || k.lt != DType::f32) {
-      parallel_for(N, 8, [&](std::int64_t rb, std::int64_t re) {
-        for (std::int64_t r = rb; r < re; ++r) {
-          for (std::int64_t i = 0; i < V; ++i) {
-            const std::int64_t e = r * ld + i;
-            const float d = scale * std::exp(math::load_f32(k.logits, k.lt, e) - lse[r]) -
-                            (i == targets[r] ? scale : 0.0f);
-            math::store_f32(k.dlogits, k.dt, e, set ? d : math::load_f32(k.dlogits, k.dt, e) + d);
-          }
-          if (set)
-            for (std::int64_t i = V; i < ld; ++i) math::store_f32(k.dlogits, k.dt, r * ld + i, 0.0f);
-        }
-      });
+      cross_entropy_rows_backward(k, scale, rows.data());
       return;
     }
     float* dlogits = static_cast<float*>(k.dlogits);
