@@ -355,11 +355,11 @@ class Trainer {
     if (f_.json || !lead_) return;
     const nn::GPTConfig& c = model_.config;
     std::printf("GPT %lld layers, d %lld, %lld heads, vocab %lld, seq %d, batch %d: %lld parameters; "
-                "checkpoint %s; %s\n",
+                "checkpoint %s; %s%s\n",
                 static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
                 static_cast<long long>(c.n_head), static_cast<long long>(c.vocab_size), f_.seq,
                 s_.batch_flag, static_cast<long long>(model_.num_parameters()), c.checkpoint.str().c_str(),
-                B::describe().c_str());
+                c.precision == DType::bf16 ? "bf16 activations; " : "", B::describe().c_str());
     if (s_.par.micro_batches() > 1)
       std::printf("data parallel: %d rank(s) x %d micro-step(s) x %d sequences = %lld sequences per "
                   "step; gradients summed in fixed order%s\n", s_.par.ranks, s_.micro_flag,
