@@ -25,6 +25,7 @@ struct Flags {
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
               resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
   std::string precision = "fp32";  // or bf16: what the blocks and the head compute in
+  std::string save_dtype = "fp32";  // or bf16: the type --save writes the weights in
   int snapshot_every = 0, sample = 0, grad_accum = 1, global_batch = 0, vocab_multiple = 1;
   bool json = false, estimate = false, profile = true, zero = false, batch_invariant = false;
   bool decay_all = false;  // --weight-decay on every parameter, not only on matrices
@@ -91,6 +92,9 @@ inline void validate_combinations(const Flags& f, const CLI::App& app) {
               "--sample N turns on (expected --sample N > 0 with them)");
   REMAT_CHECK(f.save.empty() || f.save != f.snapshot_path, "train_gpt: --save and --snapshot-path "
               "are both '", f.save, "' (expected two files: the weights and the training state)");
+  REMAT_CHECK(app.count("--save-dtype") == 0 || !f.save.empty(), "train_gpt: --save-dtype ",
+              f.save_dtype, " is the type of the weights --save writes (expected --save FILE "
+              "with it)");
   REMAT_CHECK(!f.zero || f.optimizer == "adamw", "train_gpt: --zero shards AdamW's state "
               "(expected --optimizer adamw with --zero)");
   REMAT_CHECK(app.count("--grad-accum") == 0 || app.count("--global-batch") == 0, "train_gpt: "

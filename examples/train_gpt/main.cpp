@@ -132,6 +132,9 @@ void add_options(CLI::App& app, Flags& f) {
                  "--sample are then GPT-2 tokens");
   app.add_option("--init-from", f.init_from, "GPT-2 weights (Hugging Face safetensors layout)");
   app.add_option("--save", f.save, "write the weights here at the end and on Ctrl-C (safetensors, GPT-2 layout)");
+  app.add_option("--save-dtype", f.save_dtype, "the weights' type in --save's file: fp32 (F32, "
+                 "the default), or bf16 (BF16, rounded to nearest even: half the bytes)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--snapshot-every", f.snapshot_every, "write the training state every N steps");
   app.add_option("--snapshot-path", f.snapshot_path, "where the training state goes (every --snapshot-every steps, at the end, and on Ctrl-C)");
   app.add_option("--resume", f.resume, "continue from a training-state snapshot");

@@ -548,9 +548,12 @@ class Trainer {
     check_finite("--save");
     std::string why;
     const std::string at = train::write_with_fallback(
-        f_.save, "train_gpt", [&](const std::string& p) { io::save_gpt2(p, model_); }, why);
+        f_.save, "train_gpt", [&](const std::string& p) {
+          io::save_gpt2(p, model_, f_.save_dtype == "bf16" ? DType::bf16 : DType::f32);
+        }, why);
     if (why.empty()) {
-      if (!f_.json) std::printf("saved weights to %s\n", f_.save.c_str());
+      if (!f_.json)
+        std::printf("saved weights to %s%s\n", f_.save.c_str(), f_.save_dtype == "bf16" ? " (BF16)" : "");
       return true;
     }
     std::fprintf(stderr, "train_gpt: error: saving the weights to '%s' failed (%s); they are in "

@@ -32,7 +32,7 @@ std::map<std::string, std::vector<float>> load_and_step(const std::string& path,
   nn::GPTConfig c = io::gpt2_config(w, path, heads);
   // gpt2_config promises every parameter is in the file: the model is no larger than it.
   std::uint64_t in_file = 0;
-  for (const auto& [name, t] : w) in_file += t.data.size();
+  for (const auto& [name, t] : w) in_file += static_cast<std::uint64_t>(t.shape.numel());
   std::uint64_t needed = 0;
   for (const auto& [name, shape] : io::gpt2_shapes(c)) needed += static_cast<std::uint64_t>(shape.numel());
   if (needed > in_file) throw std::logic_error("gpt2_config: the model needs more values than the file holds");

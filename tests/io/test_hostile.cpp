@@ -29,16 +29,16 @@
 using namespace remat;
 
 namespace {
-std::string tmp(const std::string& name) { return "remat_test_hostile_" + name; }
+std::string hostile_tmp(const std::string& name) { return "remat_test_hostile_" + name; }
 
-void write_raw(const std::string& path, const std::string& header, const std::string& data = "") {
+void hostile_raw(const std::string& path, const std::string& header, const std::string& data = "") {
   std::ofstream f(path, std::ios::binary);
   const std::uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) f.put(static_cast<char>(n >> (8 * i)));
   f << header << data;
 }
 
-std::string file_bytes(const std::string& p) {
+std::string hostile_bytes(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
@@ -53,28 +53,28 @@ using remat_test::require_error;
 
 TEST_CASE("safetensors shapes whose element count overflows are refused, naming tensor and field",
           "[io][errors][hostile]") {
-  const std::string p = tmp("overflow.safetensors");
+  const std::string p = hostile_tmp("overflow.safetensors");
   // [2^39, 2^39] and [2^32, 2^32]: the products wrap to 0 in 64 bits and so "match" 0 bytes.
   for (const char* shape : {"[549755813888,549755813888]", "[4294967296,4294967296]",
                             "[65536,65536,65536,65536]"}) {
     INFO(shape);
-    write_raw(p, std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})");
+    hostile_raw(p, std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})");
     require_error([&] { io::read_safetensors(p); },
                   {"tensor 'w' of 'remat_test_hostile_overflow.safetensors'", "field 'shape'",
                    "overflows"});
   }
   // [2^31, 2^31] F32: 2^62 elements, 2^64 bytes, which wrap to 0 (it let std::length_error out).
-  write_raw(p, R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})");
+  hostile_raw(p, R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})");
   require_error([&] { io::read_safetensors(p); }, {"tensor 'w'", "'shape'"});
   // A dimension beyond int64.
-  write_raw(p, R"({"w":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,0]}})");
+  hostile_raw(p, R"({"w":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,0]}})");
   require_error([&] { io::read_safetensors(p); }, {"tensor 'w'", "bad dimension", "'shape'"});
   std::remove(p.c_str());
 }
 
 TEST_CASE("every malformed safetensors file is a remat::Error, never another std:: exception",
           "[io][errors][hostile]") {
-  const std::string p = tmp("bad.safetensors");
+  const std::string p = hostile_tmp("bad.safetensors");
   const char* headers[] = {
       R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-1,3]}})",
       R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0.5,4]}})",
@@ -92,7 +92,7 @@ TEST_CASE("every malformed safetensors file is a remat::Error, never another std
   };
   for (const char* h : headers) {
     INFO(h);
-    write_raw(p, h, std::string(4, '\0'));
+    hostile_raw(p, h, std::string(4, '\0'));
     require_error([&] { io::read_safetensors(p); }, {"remat::io::read_safetensors", "'" });
   }
   // A header length of 2^64 - 1.
@@ -102,10 +102,10 @@ TEST_CASE("every malformed safetensors file is a remat::Error, never another std
   }
   require_error([&] { io::read_safetensors(p); }, {"says its header has 18446744073709551615 bytes"});
   // A directory is not a file (its "size" can be anything).
-  ::mkdir(tmp("dir").c_str(), 0755);
-  require_error([&] { io::read_safetensors(tmp("dir")); }, {"is a directory"});
-  require_error([&] { data::read_llmc_bin(tmp("dir")); }, {"is a directory"});
-  ::rmdir(tmp("dir").c_str());
+  ::mkdir(hostile_tmp("dir").c_str(), 0755);
+  require_error([&] { io::read_safetensors(hostile_tmp("dir")); }, {"is a directory"});
+  require_error([&] { data::read_llmc_bin(hostile_tmp("dir")); }, {"is a directory"});
+  ::rmdir(hostile_tmp("dir").c_str());
   std::remove(p.c_str());
 }
 
@@ -113,7 +113,7 @@ TEST_CASE("a small GPT-2 file cannot ask for a large model", "[io][errors][hosti
   // 32 KiB of real data (wte and wpe [1, 4096]) and 1000 layers of empty ln_1 tensors would make
   // a 1000-layer model of d 4096 (800 GB); the config is refused before any model exists.
   // (every tensor of the 1000 layers is there, each empty: NOTE [GPT-2 tensors required])
-  const std::string p = tmp("gpt2_layers.safetensors");
+  const std::string p = hostile_tmp("gpt2_layers.safetensors");
   const std::string empty = R"({"dtype":"F32","shape":[0],"data_offsets":[32768,32768]})";
   std::string h = R"({"wte.weight":{"dtype":"F32","shape":[1,4096],"data_offsets":[0,16384]},)"
                   R"("wpe.weight":{"dtype":"F32","shape":[1,4096],"data_offsets":[16384,32768]},)"
@@ -124,13 +124,13 @@ TEST_CASE("a small GPT-2 file cannot ask for a large model", "[io][errors][hosti
                           "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
       h += ",\"h." + std::to_string(i) + "." + t + "\":" + empty;
   h += "}";
-  write_raw(p, h, std::string(32768, '\0'));
+  hostile_raw(p, h, std::string(32768, '\0'));
   const auto w = io::gpt2_tensors(io::read_safetensors(p), p);
   require_error([&] { io::gpt2_config(w, p); },
                 {"tensor 'h.0.ln_1.weight' of 'remat_test_hostile_gpt2_layers.safetensors' has shape [0]",
                  "needs [4096]"});
   // wte [2^39, 0]: zero bytes, a vocabulary of 2^39 and no width.
-  write_raw(p, R"({"wte.weight":{"dtype":"F32","shape":[549755813888,0],"data_offsets":[0,0]},)"
+  hostile_raw(p, R"({"wte.weight":{"dtype":"F32","shape":[549755813888,0],"data_offsets":[0,0]},)"
                R"("wpe.weight":{"dtype":"F32","shape":[8,0],"data_offsets":[0,0]},)"
                R"("ln_f.weight":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
                R"("ln_f.bias":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})");
@@ -195,7 +195,7 @@ void load(const std::string& path, std::int64_t heads = 2, float dropout = 0.1f)
 }  // namespace
 
 TEST_CASE("snapshot metadata is parsed strictly", "[io][snapshot][errors][hostile]") {
-  const std::string p = tmp("meta.safetensors");
+  const std::string p = hostile_tmp("meta.safetensors");
   struct Case {
     const char* key;
     const char* value;
@@ -234,7 +234,7 @@ TEST_CASE("snapshot metadata is parsed strictly", "[io][snapshot][errors][hostil
 
 TEST_CASE("resuming a snapshot with another model config names the config field that differs",
           "[io][snapshot][errors][hostile]") {
-  const std::string p = tmp("config.safetensors");
+  const std::string p = hostile_tmp("config.safetensors");
   save_snapshot(p);
   // n_head changes no tensor shape: without the stored config this resumed silently.
   require_error([&] { load(p, /*heads=*/4); },
@@ -250,7 +250,7 @@ TEST_CASE("resuming a snapshot with another model config names the config field 
 }
 
 TEST_CASE("snapshot optimizer state must be finite (and v >= 0)", "[io][snapshot][errors][hostile]") {
-  const std::string p = tmp("state.safetensors");
+  const std::string p = hostile_tmp("state.safetensors");
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   struct Case {
@@ -278,7 +278,7 @@ TEST_CASE("snapshot optimizer state must be finite (and v >= 0)", "[io][snapshot
 }
 
 TEST_CASE("atomic writes remove the temporaries of killed writers", "[io][atomic][hostile]") {
-  const std::string p = tmp("stale.safetensors");
+  const std::string p = hostile_tmp("stale.safetensors");
   // A writer killed mid-write (here: a child that dies at once, leaving its temporary behind).
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
@@ -322,12 +322,12 @@ TEST_CASE("a full disk ends with a clean error and leaves the old file intact",
   } unmount{dir};
   const std::string p = std::string(dir) + "/w.safetensors";
   io::write_safetensors(p, {{"a", {Shape{256}, std::vector<float>(256, 1.0f)}}});
-  const std::string before = file_bytes(p);
+  const std::string before = hostile_bytes(p);
   REQUIRE(before.size() > 1024);
   // 256 KiB into 64 KiB: the write fails with ENOSPC.
   require_error([&] { io::write_safetensors(p, {{"a", {Shape{65536}, std::vector<float>(65536, 2.0f)}}}); },
                 {"remat::io::write_safetensors", "No space left on device", "left as it was"});
-  CHECK(file_bytes(p) == before);
+  CHECK(hostile_bytes(p) == before);
   CHECK(io::read_safetensors(p).tensors.at("a").data == std::vector<float>(256, 1.0f));
   int entries = 0;
   if (DIR* d = ::opendir(dir)) {

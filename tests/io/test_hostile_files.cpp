@@ -34,7 +34,7 @@ using namespace remat;
 namespace {
 
 using remat_test::status_kib;
-std::string tmp(const std::string& name) { return "remat_test_i24_" + name; }
+std::string i24_tmp(const std::string& name) { return "remat_test_i24_" + name; }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -47,7 +47,7 @@ std::string le64(std::uint64_t n) {
   return s;
 }
 
-void write_raw(const std::string& path, const std::string& header, const std::string& data = "") {
+void i24_raw(const std::string& path, const std::string& header, const std::string& data = "") {
   write_bytes(path, le64(header.size()) + header + data);
 }
 
@@ -195,7 +195,7 @@ nn::GPTConfig load_as_trainer(const std::string& path) {
 
 TEST_CASE("nested JSON where a safetensors dimension or offset belongs is an error naming the field",
           "[io][hostile][issue24]") {
-  const std::string p = tmp("nested.safetensors");
+  const std::string p = i24_tmp("nested.safetensors");
   struct Case {
     std::string header, field;
   };
@@ -214,7 +214,7 @@ TEST_CASE("nested JSON where a safetensors dimension or offset belongs is an err
   };
   for (const Case& c : cases) {
     INFO(c.field);
-    write_raw(p, c.header);
+    i24_raw(p, c.header);
     const Child r = in_child([&] { io::read_safetensors(p); });
     INFO(r.message);
     REQUIRE(r.outcome == "error");
@@ -225,17 +225,17 @@ TEST_CASE("nested JSON where a safetensors dimension or offset belongs is an err
   }
   // Deep nesting in a field the reader ignores, or in the metadata: the depth limit, with the
   // place it was found.
-  write_raw(p, R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[0,0],"x":)" + nested(85000) + "}}");
+  i24_raw(p, R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[0,0],"x":)" + nested(85000) + "}}");
   require_error([&] { io::read_safetensors(p); },
                 {"the header of '" + p + "'", "nests deeper than 64 levels at /w/x/0/0/0/0/0/0/..."});
-  write_raw(p, R"({"__metadata__":{"k":)" + nested(85000) + "}}");
+  i24_raw(p, R"({"__metadata__":{"k":)" + nested(85000) + "}}");
   require_error([&] { io::read_safetensors(p); }, {"nests deeper than 64 levels at /__metadata__/k/0"});
   std::remove(p.c_str());
 }
 
 TEST_CASE("nested n_head or n_embd in a config.json beside GPT-2 weights is an error naming the field",
           "[io][hostile][issue24]") {
-  const std::string dir = tmp("gpt2cfg");
+  const std::string dir = i24_tmp("gpt2cfg");
   ::mkdir(dir.c_str(), 0755);
   const std::string p = dir + "/model.safetensors", cfg = dir + "/config.json";
   io::write_safetensors(p, gpt2_file_tensors(tiny_gpt(1)));  // no n_head in the metadata
@@ -301,7 +301,7 @@ TEST_CASE("parse_json refuses text over its cap, too deep, with too many values 
 
 TEST_CASE("a safetensors header over 100 MB is refused from its length, before it is read",
           "[io][hostile][issue24]") {
-  const std::string p = tmp("bighead.safetensors");
+  const std::string p = i24_tmp("bighead.safetensors");
   // the length field says 151 MB and the file has them (sparse: no disk blocks)
   write_sparse(p, le64(151'000'000) + "{\"a\":[{},{},{}", 8 + 151'000'000);
   const Child r = in_child([&] { io::read_safetensors(p); });
@@ -316,7 +316,7 @@ TEST_CASE("a safetensors header over 100 MB is refused from its length, before i
 
 TEST_CASE("read_safetensors checks the header before it reads the data, and reads each tensor once",
           "[io][hostile][issue24]") {
-  const std::string p = tmp("lazy.safetensors");
+  const std::string p = i24_tmp("lazy.safetensors");
   const std::uint64_t mib = 1 << 20;
   // A bad header before 512 MiB of data: refused without reading the data.
   std::string h = R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})";
@@ -360,15 +360,15 @@ TEST_CASE("read_safetensors checks the header before it reads the data, and read
 
 TEST_CASE("safetensors shapes with a zero dimension are checked the same in any order",
           "[io][hostile][issue24]") {
-  const std::string p = tmp("zero.safetensors");
+  const std::string p = i24_tmp("zero.safetensors");
   for (const char* shape : {"[0,4611686018427387904]", "[4611686018427387904,0]"}) {
     INFO(shape);
-    write_raw(p, std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})");
+    i24_raw(p, std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})");
     require_error([&] { io::read_safetensors(p); }, {"tensor 'w'", "field 'shape'", "overflows"});
   }
   for (const char* shape : {"[0,5]", "[5,0]", "[0]"}) {
     INFO(shape);
-    write_raw(p, std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})");
+    i24_raw(p, std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})");
     CHECK(io::read_safetensors(p).tensors.at("w").data.empty());
   }
   std::remove(p.c_str());
@@ -378,7 +378,7 @@ TEST_CASE("safetensors shapes with a zero dimension are checked the same in any 
 
 TEST_CASE("a GPT-2 file missing one tensor, or with a gap between layers, is refused naming it",
           "[io][gpt2][hostile][issue24]") {
-  const std::string p = tmp("gpt2_missing.safetensors");
+  const std::string p = i24_tmp("gpt2_missing.safetensors");
   const nn::GPTConfig c = tiny_gpt(3);
   auto all = gpt2_file_tensors(c);
   io::write_safetensors(p, all);
@@ -416,7 +416,7 @@ TEST_CASE("a GPT-2 file missing one tensor, or with a gap between layers, is ref
 
 TEST_CASE("a GPT-2 tensor under two names, or an unknown one, is refused; known buffers are skipped",
           "[io][gpt2][hostile][issue24]") {
-  const std::string p = tmp("gpt2_names.safetensors");
+  const std::string p = i24_tmp("gpt2_names.safetensors");
   const nn::GPTConfig c = tiny_gpt(2);
   const auto all = gpt2_file_tensors(c);
   // Both with and without "transformer.": picked silently before.
@@ -463,7 +463,7 @@ TEST_CASE("a GPT-2 tensor under two names, or an unknown one, is refused; known 
 }
 
 TEST_CASE("load_gpt2 refuses a file with more layers than the model", "[io][gpt2][hostile][issue24]") {
-  const std::string p = tmp("gpt2_more.safetensors");
+  const std::string p = i24_tmp("gpt2_more.safetensors");
   io::write_safetensors(p, gpt2_file_tensors(tiny_gpt(3)));
   const auto w = io::read_gpt2(p).tensors;
   Tape<Cpu> tape(1);
@@ -511,7 +511,7 @@ void drop(const std::string& path, const std::string& prefix) {
 }  // namespace
 
 TEST_CASE("a snapshot lacking optimizer state the optimizer has is refused", "[io][snapshot][hostile][issue24]") {
-  const std::string p = tmp("snap_state.safetensors");
+  const std::string p = i24_tmp("snap_state.safetensors");
   for (const bool adamw : {true, false}) {
     INFO((adamw ? "adamw" : "sgd"));
     const std::string m = adamw ? "adamw.m.ln_f.bias" : "sgd.momentum.ln_f.bias";
@@ -543,7 +543,7 @@ TEST_CASE("a snapshot lacking optimizer state the optimizer has is refused", "[i
 
 TEST_CASE("a snapshot with a tensor the model or optimizer does not have is refused",
           "[io][snapshot][hostile][issue24]") {
-  const std::string p = tmp("snap_extra.safetensors");
+  const std::string p = i24_tmp("snap_extra.safetensors");
   for (const char* extra : {"model.h.1.ln_1.weight", "adamw.m.h.7.ln_1.bias", "sgd.momentum.wte.weight", "junk"}) {
     INFO(extra);
     step_and_save(p, true);
@@ -561,7 +561,7 @@ TEST_CASE("a snapshot with a tensor the model or optimizer does not have is refu
 }
 
 TEST_CASE("snapshot integers refuse \"-0\" (digits only)", "[io][snapshot][hostile][issue24]") {
-  const std::string p = tmp("snap_minus0.safetensors");
+  const std::string p = i24_tmp("snap_minus0.safetensors");
   for (const char* key : {"step", "data_position", "adamw_steps", "rng_seed", "rng_offset", "config.n_layer"}) {
     for (const char* value : {"-0", "-00", "-"}) {
       INFO(key << " = " << value);
@@ -583,7 +583,7 @@ TEST_CASE("snapshot integers refuse \"-0\" (digits only)", "[io][snapshot][hosti
 
 TEST_CASE("an llm.c .bin file is checked against its size before its tokens are read",
           "[io][data][hostile][issue24]") {
-  const std::string p = tmp("tokens.bin");
+  const std::string p = i24_tmp("tokens.bin");
   std::string header(1024, '\0');
   const std::int32_t h[3] = {data::kLlmcMagic, 1, 2'000'000'000};  // 2e9 tokens: an 8 GB table
   std::memcpy(&header[0], h, sizeof h);

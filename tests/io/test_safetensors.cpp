@@ -149,6 +149,80 @@ TEST_CASE("GPT-2 weights: config from shapes, load, save, and shapes that do not
   std::remove(p.c_str());
 }
 
+TEST_CASE("GPT-2 weights in BF16: saved rounded from the masters, read as two bytes, widened into "
+          "the parameters once", "[io][bf16]") {
+  const std::string p = tmp("gpt2_bf16.safetensors"), q = tmp("gpt2_bf16_head.safetensors");
+  Tape<Cpu> tape;
+  nn::GPTConfig c;
+  c.vocab_size = 37;
+  c.vocab_multiple = 8;  // 40 rows in the model, 37 in the file: the padding is filled with 0
+  c.block_size = 6;
+  c.n_layer = 2;
+  c.n_embd = 32;
+  c.n_head = 2;
+  nn::GPT<Cpu> a(tape, c);
+  REQUIRE_THROWS_WITH(io::save_gpt2(p, a, DType::i32), REMAT_CONTAINS("dtype i32 for"));
+  io::save_gpt2(p, a, DType::bf16);
+  // the file: every tensor BF16, two bytes a value
+  const io::SafetensorsFile raw = io::read_safetensors(p, io::OtherDtypes::error, io::Bf16::keep);
+  std::int64_t values = 0;
+  for (const auto& [name, t] : raw.tensors) {
+    INFO(name);
+    CHECK(t.dtype == DType::bf16);
+    CHECK(t.data.empty());
+    values += t.shape.numel();
+  }
+  // read_gpt2 keeps them as stored: no fp32 copy of the file on the host
+  const io::Gpt2Weights g = io::read_gpt2(p);
+  CHECK(g.n_head == 2);
+  for (const auto& [name, t] : g.tensors) {
+    INFO(name);
+    CHECK(t.dtype == DType::bf16);
+    CHECK(t.data.empty());
+  }
+  CHECK(g.tensors.at("wte.weight").shape == (Shape{37, 32}));
+  REQUIRE(io::gpt2_config(g.tensors, p).vocab_size == 37);
+  c.seed = 5;
+  nn::GPT<Cpu> b(tape, c);
+  Cpu::fill(b.wte.weight.mutable_data<float>(), b.wte.weight.numel(), 1.0f);
+  io::load_gpt2(g.tensors, b, p);
+  // each parameter is round_bf16 of a's master, bit for bit; the padding rows are 0
+  std::int64_t loaded = 0;
+  for (std::size_t i = 0; i < a.parameters().size(); ++i) {
+    const std::vector<float> av = a.parameters()[i].to_vector(), bv = b.parameters()[i].to_vector();
+    const std::size_t kept = static_cast<std::size_t>(a.saved_shape(i).numel());
+    REQUIRE(av.size() == bv.size());
+    loaded += static_cast<std::int64_t>(kept);
+    for (std::size_t j = 0; j < av.size(); ++j) {
+      const float want = j < kept ? math::round_bf16(av[j]) : 0.0f;
+      INFO(a.named_parameters()[i].first << " element " << j);
+      REQUIRE(std::memcmp(&bv[j], &want, 4) == 0);
+    }
+  }
+  CHECK(loaded == values);
+  // an F32 save of b reads back as the same values: the BF16 round trip is exact from there
+  io::save_gpt2(q, b);
+  const io::Gpt2Weights f = io::read_gpt2(q);
+  for (const auto& [name, t] : f.tensors) {
+    INFO(name);
+    REQUIRE(t.dtype == DType::f32);
+    const io::HostTensor& h = g.tensors.at(name);
+    for (std::size_t j = 0; j < t.data.size(); ++j) REQUIRE(t.data[j] == h.value(j));
+  }
+  // a BF16 lm_head.weight tied to the BF16 wte: read bit for bit, a one-bit difference refused
+  std::vector<std::pair<std::string, io::HostTensor>> ts;
+  for (const auto& [name, t] : raw.tensors) ts.emplace_back(name, t);
+  ts.emplace_back("lm_head.weight", raw.tensors.at("wte.weight"));
+  io::write_safetensors(q, ts);
+  CHECK(io::read_gpt2(q).tensors.count("lm_head.weight") == 0);
+  ts.back().second.bf16_data[70].bits ^= 1;
+  io::write_safetensors(q, ts);
+  REQUIRE_THROWS_WITH(io::read_gpt2(q), REMAT_CONTAINS("has lm_head.weight that differs from "
+                                                       "wte.weight (element 70"));
+  std::remove(p.c_str());
+  std::remove(q.c_str());
+}
+
 TEST_CASE("read_gpt2: the head count from the metadata or config.json, other dtypes skipped", "[io]") {
   Tape<Cpu> tape(1);
   nn::GPTConfig c;

@@ -157,12 +157,15 @@ inline std::map<std::string, HostTensor> gpt2_tensors(SafetensorsFile f, const s
                 head.shape.str(), " but wte.weight is ", wte.shape.str(), " (remat's GPT ties the "
                 "output head to the token embedding: expected lm_head.weight equal to wte.weight, "
                 "or absent)");
-    for (std::size_t i = 0; i < head.data.size(); ++i)
-      REMAT_CHECK(std::memcmp(&head.data[i], &wte.data[i], 4) == 0, who, ": '", path,
-                  "' has lm_head.weight that differs from wte.weight (element ", i, ": ", head.data[i],
-                  " vs ", wte.data[i], "); remat's GPT ties the output head to the token embedding, "
+    const std::size_t n = static_cast<std::size_t>(wte.shape.numel());
+    for (std::size_t i = 0; i < n; ++i) {  // bits of the values (F32, F16 and BF16 alike)
+      const float h = head.value(i), e = wte.value(i);
+      REMAT_CHECK(std::memcmp(&h, &e, 4) == 0, who, ": '", path,
+                  "' has lm_head.weight that differs from wte.weight (element ", i, ": ", h,
+                  " vs ", e, "); remat's GPT ties the output head to the token embedding, "
                   "so this model cannot be loaded as it is (expected lm_head.weight equal to "
                   "wte.weight, or absent)");
+    }
   }
   return out;
 }
@@ -189,6 +192,8 @@ inline std::int64_t parse_heads(const std::string& s, const std::string& where) 
 }  // namespace detail
 
 /// Reads GPT-2 weights (read_safetensors, then gpt2_tensors) and what they say about the model.
+/// BF16 tensors stay as stored (two bytes a value; F16 ones are widened): load_gpt2 widens them
+/// straight into the parameters, so a BF16 file is never held as a whole fp32 copy on the host.
 /// NOTE [GPT-2 head count]: the head count changes no tensor shape, so the shapes cannot give
 /// it. It is taken from the metadata "n_head" (save_gpt2 writes it), else from "n_head" of a
 /// config.json in the same folder (as Hugging Face ships a model); else n_head is 0 and the
@@ -197,7 +202,7 @@ inline std::int64_t parse_heads(const std::string& s, const std::string& where) 
 /// Tensors of dtypes remat does not convert (a BOOL attention mask "h.N.attn.bias") are
 /// skipped and listed when the model does not use them; a parameter in such a dtype is an error.
 inline Gpt2Weights read_gpt2(const std::string& path) {
-  SafetensorsFile f = read_safetensors(path, OtherDtypes::list);
+  SafetensorsFile f = read_safetensors(path, OtherDtypes::list, Bf16::keep);
   Gpt2Weights out;
   for (const auto& [key, dt] : f.other_dtypes) {
     const std::string name = detail::gpt2_name(key);
@@ -336,20 +341,23 @@ void load_gpt2(const std::map<std::string, HostTensor>& w, nn::GPT<B>& model, co
                   "a GPT-2) does not have (do the model's layers, d, positions and vocabulary fit the file?)");
   }
   for (const auto& [name, t] : named)  // the file's rows, then zero padding
-    detail::copy_padded<B>(t.template mutable_data<float>(), t.numel(), w.at(name).data);
+    detail::copy_padded<B>(t.template mutable_data<float>(), t.numel(), w.at(name));
 }
 
-/// Saves the model's weights under the Hugging Face GPT-2 names (F32), with the head count in
-/// the metadata ("n_head"), which read_gpt2 reads back (NOTE [GPT-2 head count]); a padded
-/// vocabulary's rows are left out (NOTE [padded parameters]).
+/// Saves the model's weights under the Hugging Face GPT-2 names, F32 or (dtype bf16) BF16
+/// rounded to nearest even from the fp32 masters, with the head count in the metadata
+/// ("n_head"), which read_gpt2 reads back (NOTE [GPT-2 head count]); a padded vocabulary's rows
+/// are left out (NOTE [padded parameters]). The tensors are converted one at a time.
 template <class B>
-void save_gpt2(const std::string& path, const nn::GPT<B>& model) {
+void save_gpt2(const std::string& path, const nn::GPT<B>& model, DType dtype = DType::f32) {
+  REMAT_CHECK(dtype == DType::f32 || dtype == DType::bf16, "remat::io::save_gpt2: dtype ",
+              dtype_name(dtype), " for '", path, "' (expected f32 or bf16)");
   std::vector<std::pair<std::string, HostTensor>> ts;
   const auto& named = model.named_parameters();
-  for (std::size_t i = 0; i < named.size(); ++i)
-    ts.emplace_back(named[i].first,
-                    detail::host_prefix<B>(named[i].second.template data<float>(),
-                                           model.saved_shape(i)));
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    HostTensor t = detail::host_prefix<B>(named[i].second.template data<float>(), model.saved_shape(i));
+    ts.emplace_back(named[i].first, dtype == DType::bf16 ? rounded_to_bf16(t) : std::move(t));
+  }
   write_safetensors(path, ts, {{"format", "pt"}, {"n_head", std::to_string(model.config.n_head)}});
 }
 

@@ -54,6 +54,8 @@ struct HostTensor {
     t.bf16_data = std::move(v);
     return t;
   }
+  /// Value i as fp32 (a bf16 one widened, exactly).
+  float value(std::size_t i) const { return dtype == DType::bf16 ? math::from_bf16(bf16_data[i]) : data[i]; }
   /// The values as fp32 (bf16 ones widened, exactly).
   std::vector<float> values() const {
     if (dtype != DType::bf16) return data;
@@ -86,6 +88,22 @@ void copy_padded(float* dst, std::int64_t numel, const std::vector<float>& v) {
   if (!v.empty()) B::copy_from_host(dst, v.data(), v.size() * sizeof(float));
   if (numel > static_cast<std::int64_t>(v.size()))
     B::fill(dst + v.size(), numel - static_cast<std::int64_t>(v.size()), 0.0f);
+}
+/// copy_padded of a host tensor's values: F32 as they are, BF16 widened a chunk at a time
+/// straight into dst (a bf16 file is widened once, into the parameter, never into a whole
+/// fp32 copy on the host first).
+template <class B>
+void copy_padded(float* dst, std::int64_t numel, const HostTensor& t) {
+  if (t.dtype != DType::bf16) return copy_padded<B>(dst, numel, t.data);
+  const std::size_t n = t.bf16_data.size();
+  std::vector<float> chunk(std::min<std::size_t>(n, 65536));
+  for (std::size_t i = 0; i < n;) {
+    const std::size_t k = std::min(n - i, chunk.size());
+    for (std::size_t j = 0; j < k; ++j) chunk[j] = math::from_bf16(t.bf16_data[i + j]);
+    B::copy_from_host(dst + i, chunk.data(), k * sizeof(float));
+    i += k;
+  }
+  if (numel > static_cast<std::int64_t>(n)) B::fill(dst + n, numel - static_cast<std::int64_t>(n), 0.0f);
 }
 }  // namespace detail
 

@@ -376,9 +376,8 @@ struct CpuNn {
     const std::size_t floats = static_cast<std::size_t>(num_chunks(N, 8)) * static_cast<std::size_t>(V);
     return (floats + floats % 2) * sizeof(float);
   }
-  // The bf16 cross-entropy, in functions of their own (GCC 12 misreads Eigen's AVX-512 code
-  // beside the f32 loops as uninitialized): each row widened into this chunk's fp32 row, then
-  // as f32. Forward: lse and the row losses (part), in the rows (cross_entropy_rows).
+  // The bf16 cross-entropy, in functions of their own: each row widened into this chunk's fp32
+  // row, then as f32. Forward: lse and the row losses (part), in the rows (cross_entropy_rows).
   static void cross_entropy_rows_forward(const CrossEntropyOp::Forward& k, double* part, float* rows) {
     const std::int64_t N = k.N, V = k.V, ld = k.ld;
     parallel_for_chunks(N, num_chunks(N, 8), [&](int c, std::int64_t rb, std::int64_t re) {
