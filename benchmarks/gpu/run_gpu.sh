@@ -109,7 +109,10 @@ for ck in none block; do
   step "torch_gpt2_eager_$ck" 90 "torch_gpt2_124m_eager_$ck.json" python3 benchmarks/torch_gpt_step.py \
     --device cuda "${gpt2[@]}" --steps 10 --warmup 3 --checkpoint "$ck" --attention eager
 done
-# PyTorch in bf16 (autocast, sdpa, fused AdamW): issue 27's GPU baseline
+# remat in bf16 (nn::GPTConfig::precision) and PyTorch in bf16 (autocast, sdpa, fused AdamW):
+# issue 27's GPU comparison
+step remat_gpt2_bf16 90 remat_gpt2_124m_bf16.jsonl "$STEP_BIN" "${gpt2[@]}" "${pad[@]}" \
+  --steps 10 --warmup 3 --checkpoint none,block --precision bf16
 for ck in none block; do
   step "torch_gpt2_bf16_$ck" 90 "torch_gpt2_124m_bf16_$ck.json" python3 benchmarks/torch_gpt_step.py \
     --device cuda "${gpt2[@]}" --steps 10 --warmup 3 --checkpoint "$ck" --precision bf16

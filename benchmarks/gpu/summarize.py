@@ -73,7 +73,8 @@ if detail:
     print("\n```\n" + "\n".join(detail[:20]) + "\n```")
 
 print("\n## GPT-2 124M shapes\n")
-print("L=12, d=768, heads=12, seq=1024, batch 8, vocab 50257; fp32 with TF32 GEMMs, AdamW. "
+print("L=12, d=768, heads=12, seq=1024, batch 8, vocab 50257; fp32 with TF32 GEMMs unless a row says bf16 "
+      "(remat: gpt_step_cuda --precision bf16; PyTorch: autocast), AdamW. "
       "remat: peak = the ledger's live bytes, reserved = what its caching allocator holds from "
       "cudaMalloc (predicted = the estimator's, before the run; strategies that take turns in "
       "one process share the allocator, so only the first has its own reserved bytes: block's "
@@ -81,11 +82,14 @@ print("L=12, d=768, heads=12, seq=1024, batch 8, vocab 50257; fp32 with TF32 GEM
       "torch.cuda.max_memory_allocated and max_memory_reserved after warm-up.\n")
 print("| impl | checkpoint | tokens/s | step s | peak GiB | reserved GiB | predicted reserved GiB | launches/step | host waits/step |")
 print("|---|---|---|---|---|---|---|---|---|")
-if not rows("remat_gpt2_124m.jsonl") and not any(rows("torch_gpt2_124m_%s.json" % c) for c in ("none", "block")):
+if not rows("remat_gpt2_124m.jsonl") and not rows("remat_gpt2_124m_bf16.jsonl") and \
+        not any(rows("torch_gpt2_124m_%s.json" % c) for c in ("none", "block")):
     print("| (no results: every step of this table failed or was skipped, see Steps) | | | | | | | | |")
 for d in remat_rows("remat_gpt2_124m.jsonl") + [dict(d, checkpoint="%s (alone)" % d.get("checkpoint"))
-                                                for d in remat_rows("remat_gpt2_124m_block.jsonl")]:
-    print("| remat | %s | %.0f | %.4f | %s | %s | %s | %s | %s |" % (
+                                                for d in remat_rows("remat_gpt2_124m_block.jsonl")] + \
+        remat_rows("remat_gpt2_124m_bf16.jsonl"):
+    print("| remat%s | %s | %.0f | %.4f | %s | %s | %s | %s | %s |" % (
+        ", bf16" if d.get("precision") == "bf16" else "",
         d.get("checkpoint"), d.get("tokens_per_s", 0), d.get("step_s", 0), gib(d.get("peak_bytes")),
         gib(d.get("peak_reserved_bytes")), gib(d.get("predicted_reserved_bytes")),
         d.get("launches_per_step", "-"), d.get("host_waits_per_step", "-")))
@@ -163,9 +167,10 @@ for seq in (1024, 4096):
 # summary.json: one object per timed run, remat's and PyTorch's alike
 if len(sys.argv) > 3:
     runs = []
-    for f in ("remat_gpt2_124m.jsonl", "remat_gpt2_124m_block.jsonl", "remat_seq1024.jsonl", "remat_seq4096.jsonl"):
+    for f in ("remat_gpt2_124m.jsonl", "remat_gpt2_124m_block.jsonl", "remat_gpt2_124m_bf16.jsonl",
+              "remat_seq1024.jsonl", "remat_seq4096.jsonl"):
         for d in remat_rows(f):
-            runs.append({"impl": "remat", "checkpoint": d.get("checkpoint"), "seq": d.get("seq"),
+            runs.append({"impl": "remat-bf16" if d.get("precision") == "bf16" else "remat", "checkpoint": d.get("checkpoint"), "seq": d.get("seq"),
                          "batch": d.get("batch"), "tokens_per_s": d.get("tokens_per_s"),
                          "step_s": d.get("step_s"), "reserved_bytes": d.get("peak_reserved_bytes"),
                          "peak_bytes": d.get("peak_bytes")})

@@ -6,7 +6,7 @@
 #      exit 0), gpt_step_cuda and attention_cuda are missing and PyTorch has no GPU here, so
 #      every benchmark step fails: each says so and prints its tail, and the run goes on;
 #   3. GPU tests that hang (a stand-in that sleeps) under a budget of 45 s: the tests' step is cut
-#      to what is left less 20 s for the bundle and times out (exit 124), every later step (16) is
+#      to what is left less 20 s for the bundle and times out (exit 124), every later step (17) is
 #      skipped, and the run ends inside its budget.
 # Every run must leave exactly summary.md, summary.json, run.log and results.tar.gz (at most 8 files, as the
 # device tool brings back), a summary that names every step and its outcome, and a bundle with
@@ -80,10 +80,10 @@ four_files "hanging tests" "$DIR/out2"
 skipped=$(grep -c "SKIPPED: the budget is spent" "$DIR/out2/run.log")
 # the tests' step ends 20 s before the budget does (what the bundle may need), not at its end
 stopped=$(sed -n 's/^== \[\([0-9]*\)s\] cuda_tests TIMED OUT.*/\1/p' "$DIR/out2/run.log")
-if [ "$rc" -eq 124 ] && grep -Eq "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log" && [ "$skipped" -eq 16 ] &&
+if [ "$rc" -eq 124 ] && grep -Eq "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log" && [ "$skipped" -eq 17 ] &&
    grep -q "## GPU tests (exit code 124)" "$DIR/out2/summary.md" && [ "$took" -le 45 ] &&
    [ "${stopped:-99}" -le 27 ]; then
-  ok "hanging GPU tests: $(grep -Eo "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log") at ${stopped} s, 16 steps skipped, exit 124 after ${took} s of a 45 s budget"; else
+  ok "hanging GPU tests: $(grep -Eo "cuda_tests TIMED OUT after [0-9]+s" "$DIR/out2/run.log") at ${stopped} s, 17 steps skipped, exit 124 after ${took} s of a 45 s budget"; else
   bad "hanging tests: exit $rc after ${took} s, $skipped skipped, run.log: $(cat "$DIR/out2/run.log")"; fi
 
 echo "$passes passed, $fails failed"
