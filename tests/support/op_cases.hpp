@@ -169,9 +169,9 @@ const std::vector<OpCase<B>>& op_cases() {
        }, Fd::kinked},
       {"cross_entropy_cast_bf16", {{{2, 9, 40}, 2.0f}},
        [targets](const V& x) { return cross_entropy(to_dtype(x[0], DType::bf16), targets(x[0].tape(), 18, 40, 2)); }, Fd::kinked},
-      // wide bf16 rows far from zero (more elements than a CUDA block's 256 threads, offset by
-      // 8 or 4): a mean, a variance, a sum of exponentials or a bias gradient's column sum kept
-      // in bf16 anywhere loses digits that fp32 keeps. Their fp32 results are compared tightly
+      // long bf16 sums (norm rows of 2000 offset by 8 and 3000 logits: more elements than a
+      // CUDA block's 256 threads; a bias gradient summed over 600 rows): a mean, a variance, a
+      // sum of exponentials or a column sum kept in bf16 anywhere loses digits that fp32 keeps. Their fp32 results are compared tightly
       // across backends (tests/cuda/test_cuda_kernels.cu: the names ending "_sums_bf16").
       {"layer_norm_sums_bf16", {{{8, 2000}, 1.0f, 8.0f}, {{2000}, 0.2f, 1.0f}, {{2000}}},
        [](const V& x) { return to_dtype(layer_norm(to_dtype(x[0], DType::bf16), x[1], x[2]), DType::f32); }, Fd::kinked},
