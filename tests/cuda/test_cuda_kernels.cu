@@ -464,7 +464,8 @@ void test_ops_against_cpu() {
       // shows only there), against the shape-only twin's
       const auto before = memory_stats<Cuda>();
       reset_peak_memory<Cuda>();
-      const double e = worst(remat_cuda_test::run_op<Cuda>(name), cpu);
+      const auto dev = remat_cuda_test::run_op<Cuda>(name);
+      const double e = worst(dev, cpu);
       const std::int64_t peak = memory_stats<Cuda>().peak_total - before.live_total;
       const std::int64_t allocs = memory_stats<Cuda>().alloc_count - before.alloc_count;
       const std::int64_t meta_allocs0 = memory_stats<Meta<Cuda>>().alloc_count;
@@ -493,7 +494,6 @@ void test_ops_against_cpu() {
         // one bf16 output, every gradient fp32: the output may differ where a rounding falls
         // the other way (one bf16 step: 2^-7 of the element at most), the gradients only by
         // the order of fp32 sums. A sum held in bf16 on either side is 1e-3 off or more.
-        const auto dev = remat_cuda_test::run_op<Cuda>(name);
         double eg = 0;
         for (std::size_t i = 0; i < cpu.grads.size() && i < dev.grads.size(); ++i)
           eg = std::max(eg, rel(dev.grads[i], cpu.grads[i]));
