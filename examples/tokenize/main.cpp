@@ -7,7 +7,7 @@
 //   build/examples/tokenize --tokenizer gpt2/ --decode my.bin | head     # back to text
 //
 // The tokenizer directory holds GPT-2's encoder.json + vocab.bpe, or Hugging Face's
-// vocab.json + merges.txt or tokenizer.json (include/remat/text/gpt2_tokenizer.hpp).
+// vocab.json + merges.txt or tokenizer.json (include/remat/text/tokenizer.hpp).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -19,7 +19,7 @@
 
 #include <remat/data/tokens.hpp>
 #include <remat/io/safetensors.hpp>
-#include <remat/text/gpt2_tokenizer.hpp>
+#include <remat/text/tokenizer.hpp>
 
 namespace {
 
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   app.add_option("--decode", decode, "print the text of this .bin instead");
   CLI11_PARSE(app, argc, argv);
   try {
-    const auto tok = remat::text::Gpt2Tokenizer::from_directory(dir);
+    const auto tok = remat::text::Tokenizer::from_directory(dir);
     if (!decode.empty()) {
       const std::vector<std::int32_t> ids = remat::data::read_llmc_bin(decode);
       const std::string text = tok.decode(ids);

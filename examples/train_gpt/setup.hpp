@@ -23,7 +23,7 @@
 #include <remat/nn/gpt.hpp>
 #include <remat/nn/gpt_estimate.hpp>
 #include <remat/nn/gpt_plan.hpp>
-#include <remat/text/gpt2_tokenizer.hpp>
+#include <remat/text/tokenizer.hpp>
 
 #include "flags.hpp"
 
@@ -64,13 +64,13 @@ inline std::vector<std::int32_t> prompt_ids(const std::string& prompt, std::int6
 }
 
 // --tokenizer: GPT-2's byte-level BPE from a directory, or a Hugging Face tokenizer.json file.
-inline std::optional<text::Gpt2Tokenizer> load_tokenizer(const Flags& f) {
-  std::optional<text::Gpt2Tokenizer> tok;
+inline std::optional<text::Tokenizer> load_tokenizer(const Flags& f) {
+  std::optional<text::Tokenizer> tok;
   if (f.tokenizer.empty()) return tok;
   struct ::stat sb {};
   const bool is_file = ::stat(f.tokenizer.c_str(), &sb) == 0 && S_ISREG(sb.st_mode);
-  tok.emplace(is_file ? text::Gpt2Tokenizer::from_tokenizer_json(f.tokenizer)
-                      : text::Gpt2Tokenizer::from_directory(f.tokenizer));
+  tok.emplace(is_file ? text::Tokenizer::from_tokenizer_json(f.tokenizer)
+                      : text::Tokenizer::from_directory(f.tokenizer));
   REMAT_CHECK(tok->eot() >= 0, "train_gpt: the tokenizer in '", f.tokenizer, "' has no <|endoftext|> "
               "(expected GPT-2's vocabulary, where it is the document separator and the start of "
               "an empty prompt)");
@@ -81,7 +81,7 @@ inline std::optional<text::Gpt2Tokenizer> load_tokenizer(const Flags& f) {
 // bytes, or GPT-2 ids with --tokenizer (one document, starting with <|endoftext|> as llm.c's
 // data scripts and examples/tokenize write it). No path: the built-in text; "-": standard input.
 inline std::vector<std::int32_t> read_tokens(const std::string& path, const char* flag,
-                                             const std::optional<text::Gpt2Tokenizer>& tok) {
+                                             const std::optional<text::Tokenizer>& tok) {
   if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return data::read_llmc_bin(path);
   std::string text;
   if (path.empty()) {
@@ -138,7 +138,7 @@ inline void note_file_heads(const Flags& f, const io::Gpt2Weights& file, const n
 }
 
 inline ModelSource model_from_file(Flags& f, const CLI::App& app,
-                                   const std::optional<text::Gpt2Tokenizer>& tok) {
+                                   const std::optional<text::Tokenizer>& tok) {
   ModelSource m;
   io::Gpt2Weights file = io::read_gpt2(f.init_from);
   // NOTE [GPT-2 head count] (io/gpt2.hpp): the head count changes no shape, so a file that
@@ -171,7 +171,7 @@ inline ModelSource model_from_file(Flags& f, const CLI::App& app,
 }
 
 inline ModelSource model_from_flags(Flags& f, const CLI::App& app,
-                                    const std::optional<text::Gpt2Tokenizer>& tok) {
+                                    const std::optional<text::Tokenizer>& tok) {
   ModelSource m;
   // A new model with a tokenizer takes its vocabulary size unless --vocab pads it.
   if (tok && app.count("--vocab") == 0) f.vocab = static_cast<int>(tok->vocab_size());
@@ -189,7 +189,7 @@ inline ModelSource model_from_flags(Flags& f, const CLI::App& app,
 
 // The whole config: the shapes (file or flags), then what only the flags say.
 inline ModelSource model_source(Flags& f, const CLI::App& app,
-                                const std::optional<text::Gpt2Tokenizer>& tok) {
+                                const std::optional<text::Tokenizer>& tok) {
   ModelSource m = f.init_from.empty() ? model_from_flags(f, app, tok) : model_from_file(f, app, tok);
   m.config.vocab_multiple = f.vocab_multiple;  // internal: files keep vocab_size rows
   m.config.dropout = f.dropout;
@@ -202,7 +202,7 @@ inline ModelSource model_source(Flags& f, const CLI::App& app,
 // The prompt of --sample, checked now rather than after training: text with --tokenizer (empty:
 // <|endoftext|>), bytes for a 256-token vocabulary, else token ids separated by blanks.
 inline std::vector<std::int32_t> prompt_tokens(const Flags& f, const CLI::App& app,
-                                               const std::optional<text::Gpt2Tokenizer>& tok,
+                                               const std::optional<text::Tokenizer>& tok,
                                                std::int64_t vocab) {
   std::vector<std::int32_t> prompt;
   if (tok)

@@ -41,7 +41,7 @@
 #include <remat/optim/grad.hpp>
 #include <remat/optim/schedule.hpp>
 #include <remat/optim/sgd.hpp>
-#include <remat/text/gpt2_tokenizer.hpp>
+#include <remat/text/tokenizer.hpp>
 #include <remat/train/evaluate.hpp>
 #include <remat/train/generate.hpp>
 #include <remat/train/loop.hpp>
@@ -91,7 +91,7 @@ struct Setup {
   train::Parallel par;           // this rank, the ranks, the micro-steps per rank
   int batch_flag = 0, micro_flag = 0;  // --batch and the micro-steps as given, for messages
   std::int64_t global_seqs = 0;  // sequences per step over all ranks
-  std::optional<text::Gpt2Tokenizer> tok;
+  std::optional<text::Tokenizer> tok;
   std::vector<std::int32_t> tokens, val_tokens;
   std::int64_t val_batches = 0;  // 0: no validation
   ModelSource model;

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// Fuzz target: GPT-2's tokenizer (include/remat/text/). The first byte picks what the rest is:
+// Fuzz target: the byte-level BPE tokenizer (include/remat/text/). The first byte picks what the rest is:
 //   0: text, encoded with a small tokenizer trained at start-up (tests/text/tiny_bpe.hpp);
-//   1: an encoder.json and a vocab.bpe, separated by the first NUL byte (Gpt2Tokenizer::from_text);
-//   2: a Hugging Face tokenizer.json, read from a file (Gpt2Tokenizer::from_tokenizer_json).
-// Properties: bad files are remat::Error; text never is. For any tokenizer that loads, and any
+//   1: an encoder.json and a vocab.bpe, separated by the first NUL byte (Tokenizer::from_text);
+//   2: a Hugging Face tokenizer.json, read from a file (Tokenizer::from_tokenizer_json).
+// Properties: bad files are remat::Error; text never is; Llama 3's and Qwen 2's pre-tokens cover
+// the text too, and NFC is idempotent and valid UTF-8. For any tokenizer that loads, and any
 // bytes x: the pre-tokens are non-empty and concatenate to the repaired text, repair is
 // idempotent, and decode(encode(x)) == to_valid_utf8(x), with and without the special token.
 // A recipe input ("RCP\0", recipe.hpp) builds valid files (the 256 byte tokens, up to 9 merges,
@@ -14,7 +15,7 @@
 // decodes to the bytes its key spells (<Ġ> is "< >"); an unchanged file loads with every token.
 // Only the tokenizer's public API is used (it is not this target's to know its insides).
 
-#include <remat/text/gpt2_tokenizer.hpp>
+#include <remat/text/tokenizer.hpp>
 
 #include "../text/tiny_bpe.hpp"
 #include "fuzz_common.hpp"
@@ -22,24 +23,29 @@
 
 namespace {
 
-const remat::text::Gpt2Tokenizer& tiny() {
+const remat::text::Tokenizer& tiny() {
   static const auto* t = [] {
     const auto b = remat_test::train_tiny_bpe(remat_test::tiny_training_text(), 120);
-    return new remat::text::Gpt2Tokenizer(remat::text::Gpt2Tokenizer::from_text(b.encoder_json, b.vocab_bpe));
+    return new remat::text::Tokenizer(remat::text::Tokenizer::from_text(b.encoder_json, b.vocab_bpe));
   }();
   return *t;
 }
 
-void check_text(const remat::text::Gpt2Tokenizer& t, std::string_view x) {
+void check_text(const remat::text::Tokenizer& t, std::string_view x) {
   const std::string valid = remat::text::to_valid_utf8(x);
   if (remat::text::to_valid_utf8(valid) != valid)
     throw std::logic_error("to_valid_utf8: not idempotent");
   std::string joined;
-  remat::text::pretokenize(valid, [&](std::string_view p) {
+  remat::text::pretokenize(valid, t.pretokenizer(), [&](std::string_view p) {
     if (p.empty()) throw std::logic_error("pretokenize: an empty piece");
     joined += p;
   });
   if (joined != valid) throw std::logic_error("pretokenize: the pieces do not make the text");
+  if (t.normalizes_nfc()) {  // an NFC tokenizer gives back the text in NFC
+    const std::string n = remat::text::nfc(valid);
+    if (remat::text::nfc(n) != n) throw std::logic_error("nfc: not idempotent");
+    if (n != valid) return;
+  }
   if (t.decode(t.encode_ordinary(x)) != valid) throw std::logic_error("decode(encode_ordinary(x)) != x");
   if (t.decode(t.encode(x)) != valid) throw std::logic_error("decode(encode(x)) != x");
 }
@@ -144,12 +150,12 @@ void run_recipe(const std::uint8_t* data, std::size_t size) {
                  tokenizer_json ? "tokenizer.json" : "vocab.json + merges.txt", v.keys.size(), merges.size(),
                  change.what.c_str());
   remat_fuzz::guarded([&] {
-    remat::text::Gpt2Tokenizer t = [&] {
+    remat::text::Tokenizer t = [&] {
       try {
         if (!tokenizer_json) {
           std::string m = "#version: 0.2\n";
           for (const std::string& x : merges) m += x + "\n";
-          return remat::text::Gpt2Tokenizer::from_text(v.json(), m);
+          return remat::text::Tokenizer::from_text(v.json(), m);
         }
         std::string j = "{\"model\": {\"type\": \"BPE\", \"vocab\": " + v.json() + ", \"merges\": [";
         for (std::size_t i = 0; i < merges.size(); ++i) j += (i ? ", " : "") + remat_fuzz::json_string(merges[i]);
@@ -160,24 +166,24 @@ void run_recipe(const std::uint8_t* data, std::size_t size) {
         j += "}";
         const std::string& path =
             remat_fuzz::mem_file().write(reinterpret_cast<const std::uint8_t*>(j.data()), j.size());
-        return remat::text::Gpt2Tokenizer::from_tokenizer_json(path);
+        return remat::text::Tokenizer::from_tokenizer_json(path);
       } catch (const remat::Error& e) {
         if (change.what == "none")
-          throw std::logic_error(std::string("Gpt2Tokenizer refused valid files: ") + e.what());
+          throw std::logic_error(std::string("Tokenizer refused valid files: ") + e.what());
         throw;
       }
     }();
-    if (change.must_refuse) throw std::logic_error("Gpt2Tokenizer accepted files with " + change.what);
+    if (change.must_refuse) throw std::logic_error("Tokenizer accepted files with " + change.what);
     for (std::size_t i = 0; i < v.keys.size(); ++i) {
       const std::int64_t id = std::stoll(v.ids[i]);
       if (id < 0 || id >= t.vocab_size())
-        throw std::logic_error("Gpt2Tokenizer: token " + v.keys[i] + " has no id " + v.ids[i] + " after loading");
+        throw std::logic_error("Tokenizer: token " + v.keys[i] + " has no id " + v.ids[i] + " after loading");
       if (t.token_bytes(static_cast<std::int32_t>(id)) != v.raw[i])
-        throw std::logic_error("Gpt2Tokenizer: token " + v.keys[i] + " (id " + v.ids[i] +
+        throw std::logic_error("Tokenizer: token " + v.keys[i] + " (id " + v.ids[i] +
                                ") decodes to other bytes than its key spells");
     }
     if (change.what == "none" && t.vocab_size() != static_cast<std::int64_t>(v.keys.size()))
-      throw std::logic_error("Gpt2Tokenizer: valid files loaded with another vocabulary size");
+      throw std::logic_error("Tokenizer: valid files loaded with another vocabulary size");
     std::string sample = "Hello world, it's 2024! caf\xc3\xa9 <|endoftext|> \xff";
     for (const std::string& x : v.raw) sample += x;
     check_text(t, sample);
@@ -200,22 +206,35 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const std::string rest = remat_fuzz::as_string(data + 1, size - 1);
   switch (data[0] % 3) {
-    case 0:
+    case 0: {
       check_text(tiny(), rest);  // text is never an error
+      // Llama 3's and Qwen 2's pre-tokenizers, and NFC, on the same text
+      const std::string valid = remat::text::to_valid_utf8(rest);
+      for (auto kind : {remat::text::Pretokenizer::llama3, remat::text::Pretokenizer::qwen2}) {
+        std::string joined;
+        remat::text::pretokenize(valid, kind, [&](std::string_view p) {
+          if (p.empty()) throw std::logic_error("pretokenize (Llama 3 / Qwen 2): an empty piece");
+          joined += p;
+        });
+        if (joined != valid) throw std::logic_error("pretokenize (Llama 3 / Qwen 2): the pieces do not make the text");
+      }
+      const std::string n = remat::text::nfc(valid);
+      if (remat::text::nfc(n) != n || remat::text::to_valid_utf8(n) != n) throw std::logic_error("nfc: not idempotent");
       return 0;
+    }
     case 1:
       return remat_fuzz::guarded([&] {
         const std::size_t nul = rest.find('\0');
         const std::string vocab = rest.substr(0, nul);
         const std::string merges = nul == std::string::npos ? std::string() : rest.substr(nul + 1);
-        const auto t = remat::text::Gpt2Tokenizer::from_text(vocab, merges);
+        const auto t = remat::text::Tokenizer::from_text(vocab, merges);
         check_text(t, "Hello world, it's 2024! caf\xc3\xa9 <|endoftext|> \xff");
         check_text(t, merges);
       });
     default:
       return remat_fuzz::guarded([&] {
         const std::string& path = remat_fuzz::mem_file().write(data + 1, size - 1);
-        const auto t = remat::text::Gpt2Tokenizer::from_tokenizer_json(path);
+        const auto t = remat::text::Tokenizer::from_tokenizer_json(path);
         check_text(t, "Hello world, it's 2024! caf\xc3\xa9 <|endoftext|> \xff");
       });
   }

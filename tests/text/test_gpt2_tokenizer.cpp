@@ -24,11 +24,11 @@
 
 #include "support/catch.hpp"
 #include "support/proc_status.hpp"
-#include <remat/text/gpt2_tokenizer.hpp>
+#include <remat/text/tokenizer.hpp>
 
 #include "text/tiny_bpe.hpp"
 
-using remat::text::Gpt2Tokenizer;
+using remat::text::Tokenizer;
 namespace fs = std::filesystem;
 
 namespace {
@@ -79,15 +79,15 @@ std::vector<std::string> reference_bpe(const std::string& piece,
   return w;
 }
 
-std::vector<std::string> token_strings(const Gpt2Tokenizer& t, const std::vector<std::int32_t>& ids) {
+std::vector<std::string> token_strings(const Tokenizer& t, const std::vector<std::int32_t>& ids) {
   std::vector<std::string> out;
   for (auto id : ids) out.push_back(t.token_bytes(id));
   return out;
 }
 
-Gpt2Tokenizer tiny() {
+Tokenizer tiny() {
   const auto b = remat_test::train_tiny_bpe(remat_test::tiny_training_text(), 120);
-  return Gpt2Tokenizer::from_text(b.encoder_json, b.vocab_bpe);
+  return Tokenizer::from_text(b.encoder_json, b.vocab_bpe);
 }
 
 }  // namespace
@@ -147,7 +147,7 @@ TEST_CASE("invalid UTF-8 becomes U+FFFD per maximal subpart, as WHATWG decoders 
 
 TEST_CASE("BPE merges as the reference algorithm does", "[text]") {
   const auto b = remat_test::train_tiny_bpe(remat_test::tiny_training_text(), 120);
-  const auto t = Gpt2Tokenizer::from_text(b.encoder_json, b.vocab_bpe);
+  const auto t = Tokenizer::from_text(b.encoder_json, b.vocab_bpe);
   REQUIRE(b.merges.size() == 120);
   CHECK(t.vocab_size() == 256 + 120 + 1);
   CHECK(t.eot() == 376);
@@ -177,7 +177,7 @@ TEST_CASE("BPE finishes a rank's pass before a better pair it made", "[text]") {
     vocab += nlohmann::json(remat_test::stand_in(static_cast<unsigned char>(c))).dump() + ":" + std::to_string(id++) + ",";
   vocab += "\"bc\":256,\"ab\":257,\"abc\":258,\"abca\":259}";
   merges += "b c\na b\nab c\nabc a\na bc\n";
-  const auto t = Gpt2Tokenizer::from_text(vocab, merges);
+  const auto t = Tokenizer::from_text(vocab, merges);
   CHECK(token_strings(t, t.encode_ordinary("abcabc")) == std::vector<std::string>{"abc", "abc"});
   CHECK(token_strings(t, t.encode_ordinary("abca")) == std::vector<std::string>{"abca"});  // a pass later
   CHECK(token_strings(t, t.encode_ordinary("ab")) == std::vector<std::string>{"ab"});
@@ -223,10 +223,10 @@ TEST_CASE("the three file layouts give the same tokenizer", "[text]") {
   j["model"]["merges"] = merges_a;
   hf_json_arrays.write("tokenizer.json", j.dump());
   const std::string text = remat_test::tiny_training_text() + "<|endoftext|> more text, 42!";
-  const auto want = Gpt2Tokenizer::from_directory(openai.path.string()).encode(text);
+  const auto want = Tokenizer::from_directory(openai.path.string()).encode(text);
   CHECK(want.size() < text.size() * 2 / 3);  // the merges were applied
   for (const TempDir* d : {&hf, &hf_json, &hf_json_arrays}) {
-    const auto t = Gpt2Tokenizer::from_directory(d->path.string());
+    const auto t = Tokenizer::from_directory(d->path.string());
     CHECK(t.encode(text) == want);
     CHECK(t.eot() == eot);
   }
@@ -235,10 +235,10 @@ TEST_CASE("the three file layouts give the same tokenizer", "[text]") {
 TEST_CASE("bad tokenizer files are errors that say what and where", "[text]") {
   const auto b = remat_test::train_tiny_bpe(remat_test::tiny_training_text(), 20);
   TempDir d;
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+  CHECK_THROWS_WITH(Tokenizer::from_directory(d.path.string()),
                     REMAT_CONTAINS("no tokenizer files in") && REMAT_CONTAINS("encoder.json + vocab.bpe"));
   const auto bad_text = [](const std::string& vocab, const std::string& merges) {
-    return [=] { Gpt2Tokenizer::from_text(vocab, merges, "enc.json", "merges.txt"); };
+    return [=] { Tokenizer::from_text(vocab, merges, "enc.json", "merges.txt"); };
   };
   CHECK_THROWS_WITH(bad_text("{\"a\": 0", b.vocab_bpe)(), REMAT_CONTAINS("the vocabulary 'enc.json' cannot be used: it is not valid JSON"));
   CHECK_THROWS_WITH(bad_text("[1, 2]", b.vocab_bpe)(), REMAT_CONTAINS("the vocabulary in 'enc.json' is ") && REMAT_CONTAINS(", not an object of token -> id"));
@@ -257,11 +257,11 @@ TEST_CASE("bad tokenizer files are errors that say what and where", "[text]") {
   v["x y"] = v.size();  // a space is not one of GPT-2's stand-ins
   CHECK_THROWS_WITH(bad_text(v.dump(), b.vocab_bpe)(), REMAT_CONTAINS("not spelled in GPT-2's byte stand-ins"));
   d.write("tokenizer.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()), REMAT_CONTAINS("has a model that is not BPE"));
+  CHECK_THROWS_WITH(Tokenizer::from_directory(d.path.string()), REMAT_CONTAINS("has a model that is not BPE"));
   d.write("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [3]}}");
-  CHECK_THROWS_AS(Gpt2Tokenizer::from_directory(d.path.string()), remat::Error);
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_files((d.path / "none.json").string(), "x"), REMAT_CONTAINS("cannot open"));
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_files(d.path.string(), "x"), REMAT_CONTAINS("is a directory"));
+  CHECK_THROWS_AS(Tokenizer::from_directory(d.path.string()), remat::Error);
+  CHECK_THROWS_WITH(Tokenizer::from_files((d.path / "none.json").string(), "x"), REMAT_CONTAINS("cannot open"));
+  CHECK_THROWS_WITH(Tokenizer::from_files(d.path.string(), "x"), REMAT_CONTAINS("is a directory"));
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -363,7 +363,7 @@ TEST_CASE("hostile tokenizer files are clean errors within 1 s and 100 MiB", "[t
   // this build a recursive dump() takes more levels to overflow, hence also 1,000,000)
   for (const int levels : {85'000, 1'000'000}) {
     const std::string deep_vocab = d.write("vocab.json", "{\"!\": " + nested("1", levels) + "}");
-    require_clean_error([&] { Gpt2Tokenizer::from_files(deep_vocab, merges); },
+    require_clean_error([&] { Tokenizer::from_files(deep_vocab, merges); },
                         {"token \"!\" in '" + deep_vocab + "' has an array as its id (expected an integer)"});
   }
   nlohmann::json j = tiny_tokenizer_json();
@@ -373,26 +373,26 @@ TEST_CASE("hostile tokenizer files are clean errors within 1 s and 100 MiB", "[t
   with_deep_id.insert(with_deep_id.find("\"vocab\":{") + 9, "\"!!\":" + nested("7", 85000) + ",");
   d.write("tokenizer.json", with_deep_id);
   const std::string tj = (d.path / "tokenizer.json").string();
-  require_clean_error([&] { Gpt2Tokenizer::from_tokenizer_json(tj); },
+  require_clean_error([&] { Tokenizer::from_tokenizer_json(tj); },
                       {"token \"!!\" in '" + tj + "' has an array as its id (expected an integer)"});
   d.write("tokenizer.json", deep_json);
-  require_clean_error([&] { Gpt2Tokenizer::from_tokenizer_json(tj); },
+  require_clean_error([&] { Tokenizer::from_tokenizer_json(tj); },
                       {"nests deeper than 64 levels at /extra/0/0/0"});
   // 15 bytes that asked for a table of 16,777,216 tokens (515 MiB) before the "gap" error
   const std::string huge_id = d.write("vocab.json", "{\"!\": 16777215}");
   REQUIRE(fs::file_size(huge_id) == 15);
-  require_clean_error([&] { Gpt2Tokenizer::from_files(huge_id, merges); },
+  require_clean_error([&] { Tokenizer::from_files(huge_id, merges); },
                       {"token \"!\" in '" + huge_id + "' has the id 16777215, but the file has 1 token",
                        "expected ids 0..0"});
   j = tiny_tokenizer_json();
   j["added_tokens"][0]["id"] = 16777215;
   d.write("tokenizer.json", j.dump());
-  require_clean_error([&] { Gpt2Tokenizer::from_tokenizer_json(tj); },
+  require_clean_error([&] { Tokenizer::from_tokenizer_json(tj); },
                       {"token \"<|endoftext|>\" in '" + tj + "' has the id 16777215 in added_tokens",
                        "and 1 added tokens"});
   j["added_tokens"][0]["id"] = 18446744073709551615u;
   d.write("tokenizer.json", j.dump());
-  require_clean_error([&] { Gpt2Tokenizer::from_tokenizer_json(tj); }, {"has the id 18446744073709551615"});
+  require_clean_error([&] { Tokenizer::from_tokenizer_json(tj); }, {"has the id 18446744073709551615"});
   // files over their caps, refused from their size (sparse files: nothing is written or read)
   for (const auto& file_cap : {std::pair<std::string, std::uintmax_t>{"vocab.json", 16u << 20},
                                {"merges.txt", 16u << 20}, {"tokenizer.json", 64u << 20}}) {
@@ -403,9 +403,9 @@ TEST_CASE("hostile tokenizer files are clean errors within 1 s and 100 MiB", "[t
     INFO(name);
     require_clean_error(
         [&] {
-          if (name == "tokenizer.json") Gpt2Tokenizer::from_tokenizer_json(big);
-          else if (name == "vocab.json") Gpt2Tokenizer::from_files(big, merges);
-          else Gpt2Tokenizer::from_files(d.write("v.json", b.encoder_json), big);
+          if (name == "tokenizer.json") Tokenizer::from_tokenizer_json(big);
+          else if (name == "vocab.json") Tokenizer::from_files(big, merges);
+          else Tokenizer::from_files(d.write("v.json", b.encoder_json), big);
         },
         {"'" + big + "' has " + std::to_string(cap + 1) + " bytes, more than the " + std::to_string(cap) +
          " bytes allowed for a " + name.substr(0, name.find('.'))});
@@ -413,9 +413,9 @@ TEST_CASE("hostile tokenizer files are clean errors within 1 s and 100 MiB", "[t
   // more JSON values than a vocabulary of a million tokens has; a key twice
   std::string many = "[0";
   for (int i = 0; i < 1'000'001; ++i) many += ",0";
-  require_clean_error([&] { Gpt2Tokenizer::from_text(many + "]", b.vocab_bpe, "many.json"); },
+  require_clean_error([&] { Tokenizer::from_text(many + "]", b.vocab_bpe, "many.json"); },
                       {"'many.json' cannot be used: it holds more than 1000001 JSON values"});
-  require_clean_error([&] { Gpt2Tokenizer::from_text("{\"a\": 0, \"a\": 1}", b.vocab_bpe, "twice.json"); },
+  require_clean_error([&] { Tokenizer::from_text("{\"a\": 0, \"a\": 1}", b.vocab_bpe, "twice.json"); },
                       {"'twice.json' cannot be used: the key \"a\" appears twice"});
 }
 
@@ -430,7 +430,7 @@ TEST_CASE("vocabulary keys always stand for bytes, whatever their shape", "[text
   v["<pa"] = 260;
   v["<pad"] = 261;
   const auto t =
-      Gpt2Tokenizer::from_text(v.dump(), "#version: 0.2\n< \xc4\xa0\n<\xc4\xa0 >\n< p\n<p a\n<pa d\n<pad >\n");
+      Tokenizer::from_text(v.dump(), "#version: 0.2\n< \xc4\xa0\n<\xc4\xa0 >\n< p\n<p a\n<pa d\n<pad >\n");
   CHECK(t.token_bytes(257) == "< >");
   CHECK(t.token_bytes(256) == "< ");
   CHECK(t.token_bytes(258) == "<pad>");
@@ -440,7 +440,7 @@ TEST_CASE("vocabulary keys always stand for bytes, whatever their shape", "[text
   CHECK(t.encode("<pad><pad>") == t.encode_ordinary("<pad><pad>"));
   // a key that spells no bytes (a space is not a stand-in) is an error unless declared
   v["<a b>"] = 262;
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_text(v.dump(), "", "v.json"),
+  CHECK_THROWS_WITH(Tokenizer::from_text(v.dump(), "", "v.json"),
                     REMAT_CONTAINS("token \"<a b>\" (id 262) in 'v.json' is not spelled in GPT-2's byte "
                                    "stand-ins and not declared in added_tokens"));
 }
@@ -461,7 +461,7 @@ TEST_CASE("special tokens come only from declarations", "[text][special]") {
   j["model"]["vocab"]["<pad>"] = eot + 4;  // a stand-in spelling, not declared: ordinary
   TempDir d;
   d.write("tokenizer.json", j.dump());
-  const auto h = Gpt2Tokenizer::from_directory(d.path.string());
+  const auto h = Tokenizer::from_directory(d.path.string());
   const auto i32 = [](std::int64_t x) { return static_cast<std::int32_t>(x); };
   CHECK(h.eot() == eot);
   CHECK(h.vocab_size() == eot + 5);
@@ -477,14 +477,17 @@ TEST_CASE("special tokens come only from declarations", "[text][special]") {
   CHECK(std::count(ids.begin(), ids.end(), i32(eot + 4)) == 0);  // <pad> is not special
   CHECK(h.encode("x y") == std::vector<std::int32_t>{i32(eot + 3)});
   CHECK(h.decode(ids) == "a<|im_start|>b<|im_start|>x y<pad><|endoftext|>");
+  // encode_ordinary: special tokens are plain text, other added tokens still match (Hugging
+  // Face's split_special_tokens)
   const auto plain = h.encode_ordinary("<|im_start|>x y<|endoftext|>");
-  for (std::int64_t k = eot; k < eot + 4; ++k) CHECK(std::count(plain.begin(), plain.end(), i32(k)) == 0);
+  for (std::int64_t k = eot; k < eot + 2; ++k) CHECK(std::count(plain.begin(), plain.end(), i32(k)) == 0);
+  CHECK(plain.front() == eot + 2);  // "<|im_start|>x", not special
   // an added token whose text is also an ordinary token's bytes (Phi-2 adds runs of spaces):
   // encode() matches it, BPE still makes the ordinary one, both decode to the same bytes
   j = tiny_tokenizer_json();
-  j["added_tokens"].push_back({{"id", eot + 1}, {"content", "th"}});
+  j["added_tokens"].push_back({{"id", eot + 1}, {"content", "th"}, {"special", true}});
   d.write("tokenizer.json", j.dump());
-  const auto p = Gpt2Tokenizer::from_directory(d.path.string());
+  const auto p = Tokenizer::from_directory(d.path.string());
   const std::int32_t th = p.encode_ordinary("th")[0];
   CHECK(p.encode_ordinary("th") == std::vector<std::int32_t>{th});  // "t h" is the first merge
   CHECK(th != eot + 1);
@@ -495,7 +498,7 @@ TEST_CASE("special tokens come only from declarations", "[text][special]") {
   j["model"]["vocab"]["<|endoftext|>"] = j["added_tokens"][0]["id"];
   j.erase("added_tokens");
   d.write("tokenizer.json", j.dump());
-  const auto n = Gpt2Tokenizer::from_directory(d.path.string());
+  const auto n = Tokenizer::from_directory(d.path.string());
   CHECK(n.eot() == -1);
   CHECK(n.encode("<|endoftext|>") == n.encode_ordinary("<|endoftext|>"));
   CHECK(n.encode("<|endoftext|>").size() > 1);
@@ -503,24 +506,24 @@ TEST_CASE("special tokens come only from declarations", "[text][special]") {
   j = tiny_tokenizer_json();
   j["model"]["vocab"]["x y"] = j["added_tokens"][0]["id"].get<std::int64_t>() + 1;
   d.write("tokenizer.json", j.dump());
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+  CHECK_THROWS_WITH(Tokenizer::from_directory(d.path.string()),
                     REMAT_CONTAINS("token \"x y\"") && REMAT_CONTAINS("not declared in added_tokens"));
   j = tiny_tokenizer_json();
   j["added_tokens"][0]["lstrip"] = true;
   d.write("tokenizer.json", j.dump());
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+  CHECK_THROWS_WITH(Tokenizer::from_directory(d.path.string()),
                     REMAT_CONTAINS("added token \"<|endoftext|>\"") && REMAT_CONTAINS("has lstrip = true"));
   j = tiny_tokenizer_json();
   j["added_tokens"][0]["id"] = 65;  // the id of byte 'b' (GPT-2's order: '!' is 0)
   d.write("tokenizer.json", j.dump());
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+  CHECK_THROWS_WITH(Tokenizer::from_directory(d.path.string()),
                     REMAT_CONTAINS("id 65") && REMAT_CONTAINS("is given to two tokens"));
   j = tiny_tokenizer_json();
   j["added_tokens"].push_back({{"id", j["model"]["vocab"]["A"]}, {"content", "A"}});  // "A", declared too
   const std::int64_t gap = j["model"]["vocab"]["B"];
   j["model"]["vocab"].erase("B");  // so the largest id stays in range, and B's is a gap
   d.write("tokenizer.json", j.dump());
-  CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
+  CHECK_THROWS_WITH(Tokenizer::from_directory(d.path.string()),
                     REMAT_CONTAINS("has no token with id " + std::to_string(gap)) &&
                         REMAT_CONTAINS("without gaps"));
 }
@@ -532,7 +535,7 @@ TEST_CASE("a merge listed twice ranks by its last line, as encoder.py", "[text]"
   v["ab"] = 256;
   v["bc"] = 257;
   const std::string merges = "#version: 0.2\na b\nb c\na b\n";
-  const auto t = Gpt2Tokenizer::from_text(v.dump(), merges);
+  const auto t = Tokenizer::from_text(v.dump(), merges);
   CHECK(t.encode_ordinary("abc") == std::vector<std::int32_t>{'a', 257});
   CHECK(t.encode_ordinary("abd") == std::vector<std::int32_t>{256, 'd'});
   nlohmann::json j = tiny_tokenizer_json();
@@ -541,45 +544,187 @@ TEST_CASE("a merge listed twice ranks by its last line, as encoder.py", "[text]"
   j["model"]["merges"] = {"a b", "b c", "a b"};
   TempDir d;
   d.write("tokenizer.json", j.dump());
-  const auto h = Gpt2Tokenizer::from_directory(d.path.string());
+  const auto h = Tokenizer::from_directory(d.path.string());
   CHECK(h.encode_ordinary("abc") == std::vector<std::int32_t>{'a', 257});
 }
 
-TEST_CASE("tokenizer.json settings that would tokenize otherwise than GPT-2 are refused", "[text]") {
+TEST_CASE("tokenizer.json settings remat does not implement are refused, naming the field", "[text]") {
   TempDir d;
   const auto refused = [&](const nlohmann::json& j, const std::string& why) {
     d.write("tokenizer.json", j.dump());
     INFO(why);
-    CHECK_THROWS_WITH(Gpt2Tokenizer::from_directory(d.path.string()),
-                      REMAT_CONTAINS(why) && REMAT_CONTAINS("which GPT-2's tokenizer does not have"));
+    CHECK_THROWS_WITH(Tokenizer::from_directory(d.path.string()),
+                      REMAT_CONTAINS(why) && REMAT_CONTAINS("which this tokenizer does not implement"));
   };
   const nlohmann::json gpt2 = tiny_tokenizer_json();  // GPT-2's own settings load
   d.write("tokenizer.json", gpt2.dump());
-  CHECK(Gpt2Tokenizer::from_directory(d.path.string()).eot() >= 0);
+  CHECK(Tokenizer::from_directory(d.path.string()).eot() >= 0);
   nlohmann::json j = gpt2;
-  j["normalizer"] = {{"type", "NFC"}};
-  refused(j, "has normalizer = ");
+  j["normalizer"] = {{"type", "NFKC"}};
+  refused(j, "has normalizer = an object");
   j = gpt2;
   j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array()}};
-  refused(j, "has pre_tokenizer = \"Sequence\"");
+  refused(j, "has pre_tokenizer.pretokenizers = an array of 0 elements");
+  j = gpt2;
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  refused(j, "has pre_tokenizer = \"Whitespace\"");
   j = gpt2;
   j["pre_tokenizer"]["add_prefix_space"] = true;
-  refused(j, "has pre_tokenizer.add_prefix_space = true");
+  refused(j, "has pre_tokenizer's ByteLevel add_prefix_space = true");
   j = gpt2;
   j["pre_tokenizer"]["use_regex"] = false;
   refused(j, "has pre_tokenizer.use_regex = false");
   j = gpt2;
-  j["model"]["ignore_merges"] = true;  // Llama 3's: whole words from the vocabulary first
-  refused(j, "has model.ignore_merges = true");
-  j = gpt2;
   j["model"]["dropout"] = 0.1;
   refused(j, "has model.dropout = 0.1");
+  j = gpt2;
+  j["model"]["byte_fallback"] = true;
+  refused(j, "has model.byte_fallback = true");
   j = gpt2;
   j["model"]["continuing_subword_prefix"] = "##";
   refused(j, "has model.continuing_subword_prefix = \"##\"");
   j = gpt2;
   j["model"]["end_of_word_suffix"] = "</w>";
   refused(j, "has model.end_of_word_suffix = \"</w>\"");
+  j = gpt2;
+  j["decoder"] = {{"type", "WordPiece"}};
+  refused(j, "has decoder = an object");
+  j = gpt2;
+  j["post_processor"] = {{"type", "BertProcessing"}};
+  refused(j, "has post_processor = an object");
+  // Llama 3's layout with a regex that is neither Llama 3's nor Qwen's: a one-character change
+  j = gpt2;
+  std::string regex = remat::text::kLlama3Regex;
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
+                                            {"invert", false}},
+                                           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  d.write("tokenizer.json", j.dump());
+  CHECK(Tokenizer::from_directory(d.path.string()).pretokenizer() == remat::text::Pretokenizer::llama3);
+  nlohmann::json k = j;
+  k["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = regex.replace(regex.find("{1,3}"), 5, "{1,2}");
+  refused(k, "has pre_tokenizer.pretokenizers[0].pattern = ");
+  k = j;
+  k["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+  refused(k, "has pre_tokenizer.pretokenizers[0].behavior = \"Removed\"");
+  k = j;
+  k["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true;  // GPT-2's regex after Llama's
+  refused(k, "has pre_tokenizer.pretokenizers[1].use_regex = true");
+}
+
+namespace {
+std::vector<std::string> pieces_as(remat::text::Pretokenizer kind, const std::string& s) {
+  std::vector<std::string> out;
+  remat::text::pretokenize(s, kind, [&](std::string_view p) { out.emplace_back(p); });
+  return out;
+}
+}  // namespace
+
+TEST_CASE("Llama 3's and Qwen 2's pre-tokenizers cut text as their regexes do", "[text]") {
+  // expected: Hugging Face tokenizers' Split with each regex (Oniguruma), by hand where noted
+  using V = std::vector<std::string>;
+  const auto llama = [](const std::string& s) { return pieces_as(remat::text::Pretokenizer::llama3, s); };
+  const auto qwen = [](const std::string& s) { return pieces_as(remat::text::Pretokenizer::qwen2, s); };
+  CHECK(llama("Hello world") == V{"Hello", " world"});
+  CHECK(llama("12345 hello\r\n\n  world  \t") == V{"123", "45", " hello", "\r\n\n", " ", " world", "  \t"});
+  CHECK(qwen("12345 hello") == V{"1", "2", "3", "4", "5", " hello"});
+  CHECK(llama("x'Sup 'RE 'll") == V{"x", "'S", "up", " '", "RE", " '", "ll"});  // any case
+  CHECK(llama("we'RE") == V{"we", "'RE"});
+  CHECK(llama("'\xc5\xbf") == V{"'\xc5\xbf"});  // U+017F folds to s, but is no contraction
+  CHECK(llama("\tthe (the \xe3\x80\x80the") == V{"\tthe", " (", "the", " ", "\xe3\x80\x80the"});
+  CHECK(llama("(the") == V{"(the"});
+  CHECK(llama("!!\n\nfoo") == V{"!!\n\n", "foo"});
+  CHECK(llama(" ...\r") == V{" ...\r"});
+  CHECK(llama("\n hello") == V{"\n", " hello"});
+  CHECK(llama("a \n \n b") == V{"a", " \n \n", " b"});  // up to the run's last LF
+  CHECK(llama("x  123") == V{"x", " ", " ", "123"});  // no space before numbers
+  CHECK(llama("x\t!") == V{"x", "\t", "!"});          // only U+0020 before symbols
+  CHECK(llama("a  ") == V{"a", "  "});
+  CHECK(llama("e\xcc\x81t\xc3\xa9") == V{"e", "\xcc\x81t\xc3\xa9"});  // a mark, then letters
+  CHECK(llama("\xe2\x85\xab\xc2\xbd\xc2\xb2\xe2\x85\xab") == V{"\xe2\x85\xab\xc2\xbd\xc2\xb2", "\xe2\x85\xab"});
+  CHECK(llama("") == V{});
+  std::mt19937 rng(11);  // the pieces always cover the text, none empty
+  const std::vector<std::string> alphabet = {"a", "Z", "7", " ", "\n", "\r", "\t", "'", "s", "!", "\xc3\xa9",
+                                             "\xcc\x81", "\xe3\x80\x80", "\xc2\xbd", "\xf0\x9f\x99\x82"};
+  for (int i = 0; i < 2000; ++i) {
+    std::string s;
+    for (std::size_t k = rng() % 16; k > 0; --k) s += alphabet[rng() % alphabet.size()];
+    for (auto kind : {remat::text::Pretokenizer::llama3, remat::text::Pretokenizer::qwen2}) {
+      std::string joined;
+      for (const auto& p : pieces_as(kind, s)) {
+        CHECK(!p.empty());
+        joined += p;
+      }
+      CHECK(joined == s);
+    }
+  }
+}
+
+TEST_CASE("NFC as Hugging Face's normalizer, with its Unicode 9.0 tables", "[text]") {
+  using remat::text::nfc;
+  // expected: Hugging Face tokenizers' nfcNormalizer().normalizeString
+  CHECK(nfc("plain ASCII and caf\xc3\xa9") == "plain ASCII and caf\xc3\xa9");
+  CHECK(nfc("e\xcc\x81") == "\xc3\xa9");                                 // e + U+0301 -> U+00E9
+  CHECK(nfc("\xe2\x84\xab") == "\xc3\x85");                              // U+212B -> U+00C5
+  CHECK(nfc("\xe2\x84\xa6") == "\xce\xa9");                              // U+2126 -> U+03A9
+  CHECK(nfc("\xcd\x84") == "\xcc\x88\xcc\x81");                          // U+0344: excluded
+  CHECK(nfc("q\xcc\x81\xcc\x96") == "q\xcc\x96\xcc\x81");                // marks sorted: 220 before 230
+  CHECK(nfc("a\xcc\x96\xcc\x81") == "\xc3\xa1\xcc\x96");                 // 220 does not block 230
+  CHECK(nfc("a\xcc\x81\xcc\x81") == "\xc3\xa1\xcc\x81");                 // the second is blocked
+  CHECK(nfc("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8") == "\xea\xb0\x81");  // jamo L V T -> U+AC01
+  CHECK(nfc("\xea\xb0\x80\xe1\x86\xa8") == "\xea\xb0\x81");              // LV + T
+  CHECK(nfc("\xea\xb0\x81\xe1\x86\xa8") == "\xea\xb0\x81\xe1\x86\xa8");  // LVT + T: no
+  // Unicode 10's Masaram Gondi nukta (ccc 7 today) is class 0 in 9.0: not moved
+  CHECK(nfc("q\xcc\x81\xf0\x91\xb5\x82") == "q\xcc\x81\xf0\x91\xb5\x82");
+  // Unicode 13's Dives Akuru U+11935 U+11930 -> U+11938 today: not composed in 9.0
+  CHECK(nfc("\xf0\x91\xa4\xb5\xf0\x91\xa4\xb0") == "\xf0\x91\xa4\xb5\xf0\x91\xa4\xb0");
+  std::mt19937 rng(5);  // idempotent
+  const std::vector<std::string> alphabet = {"a", "e", "\xcc\x81", "\xcc\x96", "\xcc\x88", "\xe1\x84\x80",
+                                             "\xe1\x85\xa1", "\xe1\x86\xa8", "\xc3\xa9", "\xe2\x84\xab", "\xcd\x84"};
+  for (int i = 0; i < 2000; ++i) {
+    std::string s;
+    for (std::size_t k = rng() % 10; k > 0; --k) s += alphabet[rng() % alphabet.size()];
+    CHECK(nfc(nfc(s)) == nfc(s));
+  }
+}
+
+TEST_CASE("ignore_merges keeps a piece that is a vocabulary token whole", "[text]") {
+  // "zzq" is in the vocabulary, but no merge makes it
+  nlohmann::json j = tiny_tokenizer_json();
+  const std::int64_t next = j["added_tokens"][0]["id"].get<std::int64_t>() + 1;
+  j["model"]["vocab"]["zzq"] = next;
+  TempDir d;
+  d.write("tokenizer.json", j.dump());
+  const auto plain = Tokenizer::from_directory(d.path.string());
+  CHECK(plain.encode(" zzq").size() > 1);
+  j["model"]["ignore_merges"] = true;
+  d.write("tokenizer.json", j.dump());
+  const auto whole = Tokenizer::from_directory(d.path.string());
+  CHECK(whole.encode("zzq") == std::vector<std::int32_t>{static_cast<std::int32_t>(next)});
+  CHECK(whole.encode("zzq zzq").front() == next);
+  CHECK(whole.encode(" the") == plain.encode(" the"));  // otherwise BPE as before
+}
+
+TEST_CASE("an NFC tokenizer normalizes between added tokens, matched as written", "[text]") {
+  nlohmann::json j = tiny_tokenizer_json();
+  j["normalizer"] = {{"type", "NFC"}};
+  const std::int64_t eot = j["added_tokens"][0]["id"];
+  j["added_tokens"][0]["normalized"] = false;
+  j["added_tokens"].push_back({{"id", eot + 1}, {"content", "\xc3\xa9!"}, {"special", false}, {"normalized", true}});
+  TempDir d;
+  d.write("tokenizer.json", j.dump());
+  const auto t = Tokenizer::from_directory(d.path.string());
+  CHECK(t.normalizes_nfc());
+  const auto i32 = [](std::int64_t x) { return static_cast<std::int32_t>(x); };
+  CHECK(t.encode("caf\x65\xcc\x81 x") == t.encode("caf\xc3\xa9 x"));
+  CHECK(t.decode(t.encode("e\xcc\x81")) == "\xc3\xa9");
+  // U+0338 after '>' composes to U+226F in NFC, but not across the added token written before it
+  std::vector<std::int32_t> want = {i32(eot)};
+  for (std::int32_t id : t.encode("\xcc\xb8")) want.push_back(id);
+  CHECK(t.encode("<|endoftext|>\xcc\xb8") == want);
+  CHECK(t.encode(">\xcc\xb8") == t.encode("\xe2\x89\xaf"));  // U+226F
+  // a normalized added token matches the normalized text: e + U+0301 + "!" is it
+  CHECK(t.encode("e\xcc\x81!") == std::vector<std::int32_t>{i32(eot + 1)});
 }
 
 TEST_CASE("running out of memory while loading is remat::OutOfMemory, never an abort", "[text][hostile]") {
@@ -622,7 +767,7 @@ TEST_CASE("running out of memory while loading is remat::OutOfMemory, never an a
         ::setrlimit(RLIMIT_AS, &r);
         int code = 3;
         try {
-          const auto t = hf ? Gpt2Tokenizer::from_tokenizer_json(tj) : Gpt2Tokenizer::from_files(vocab, merges);
+          const auto t = hf ? Tokenizer::from_tokenizer_json(tj) : Tokenizer::from_files(vocab, merges);
           code = t.vocab_size() == 12'000 ? 0 : 4;
         } catch (const remat::OutOfMemory&) {
           code = 1;

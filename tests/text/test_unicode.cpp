@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
-#include <remat/text/gpt2_tokenizer.hpp>
+#include <remat/text/tokenizer.hpp>
 
 #include "text/tiny_bpe.hpp"
 #include "text/unicode_digests.hpp"
@@ -159,7 +159,7 @@ TEST_CASE("z and Z are letters everywhere in the tokenizer", "[text][unicode]") 
   std::string text = remat_test::tiny_training_text();
   for (int i = 0; i < 20; ++i) text += " zebra Zebra";
   const auto b = remat_test::train_tiny_bpe(text, 140);
-  const auto t = remat::text::Gpt2Tokenizer::from_text(b.encoder_json, b.vocab_bpe);
+  const auto t = remat::text::Tokenizer::from_text(b.encoder_json, b.vocab_bpe);
   for (const std::string word : {" zebra", " Zebra"}) {
     INFO(word);
     const auto ids = t.encode_ordinary(word);

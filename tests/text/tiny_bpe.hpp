@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <remat/text/gpt2_tokenizer.hpp>
+#include <remat/text/tokenizer.hpp>
 
 namespace remat_test {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Reading a tokenizer file's JSON (text/gpt2_tokenizer.hpp, NOTE [Tokenizer files]): the first
+// Reading a tokenizer file's JSON (text/tokenizer.hpp, NOTE [Tokenizer files]): the first
 // pass that names the token of an id that is not a number, however deep it nests.
 #pragma once
 

@@ -14,6 +14,11 @@
 //   encode_corpus --vocab TOKENIZER_DIR     "id: hex bytes" for every token
 //   encode_corpus --classes                 0x110000 bytes, one per code point: L letter, N
 //                                           number, s whitespace, o other (check_unicode_classes.py)
+//   encode_corpus --specials TOKENIZER CORPUS  as the first form, with encode() (added and special
+//                                           tokens matched: Hugging Face's default) for
+//                                           encode_ordinary
+//   encode_corpus --nfc CORPUS              each document (made valid UTF-8) in NFC, as records
+// TOKENIZER_DIR may also name a tokenizer.json.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -21,7 +26,7 @@
 #include <sstream>
 #include <string>
 
-#include <remat/text/gpt2_tokenizer.hpp>
+#include <remat/text/tokenizer.hpp>
 
 namespace {
 
@@ -46,7 +51,7 @@ std::string raw_utf8(std::uint32_t cp) {
   return s;
 }
 
-int codepoints(const remat::text::Gpt2Tokenizer& tok) {
+int codepoints(const remat::text::Tokenizer& tok) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string out;
   std::size_t tokens = 0;
@@ -64,7 +69,7 @@ int codepoints(const remat::text::Gpt2Tokenizer& tok) {
   return 0;
 }
 
-int vocab(const remat::text::Gpt2Tokenizer& tok) {
+int vocab(const remat::text::Tokenizer& tok) {
   std::string out;
   char hex[4];
   for (std::int32_t id = 0; id < tok.vocab_size(); ++id) {
@@ -87,11 +92,34 @@ int classes() {
   return 0;
 }
 
-int corpus_ids(const remat::text::Gpt2Tokenizer& tok, const char* path) {
+std::string read_all(const char* path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
-  const std::string corpus = ss.str();
+  return ss.str();
+}
+
+int nfc_records(const char* path) {
+  const std::string corpus = read_all(path);
+  std::string out;
+  for (std::size_t i = 0; i < corpus.size();) {
+    const std::size_t nl = corpus.find('\n', i);
+    const std::size_t n = std::stoull(corpus.substr(i, nl - i));
+    const std::string doc = remat::text::nfc(remat::text::to_valid_utf8(corpus.substr(nl + 1, n)));
+    i = nl + 1 + n;
+    out += std::to_string(doc.size()) + "\n" + doc;
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+remat::text::Tokenizer load(const std::string& where) {
+  const bool is_file = where.size() >= 5 && where.compare(where.size() - 5, 5, ".json") == 0;
+  return is_file ? remat::text::Tokenizer::from_tokenizer_json(where) : remat::text::Tokenizer::from_directory(where);
+}
+
+int corpus_ids(const remat::text::Tokenizer& tok, const char* path, bool specials) {
+  const std::string corpus = read_all(path);
   std::string out;
   std::size_t i = 0, docs = 0, tokens = 0, replaced = 0;
   double seconds = 0;
@@ -101,11 +129,13 @@ int corpus_ids(const remat::text::Gpt2Tokenizer& tok, const char* path) {
     const std::string doc = corpus.substr(nl + 1, n);
     i = nl + 1 + n;
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<std::int32_t> ids = tok.encode_ordinary(doc);
+    const std::vector<std::int32_t> ids = specials ? tok.encode(doc) : tok.encode_ordinary(doc);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string valid = remat::text::to_valid_utf8(doc);
     replaced += valid != doc;
-    if (tok.decode(ids) != valid) {
+    // an NFC tokenizer gives back the text in NFC (Hugging Face's too): checked where it is NFC
+    const bool checked = !tok.normalizes_nfc() || remat::text::nfc(valid) == valid;
+    if (checked && tok.decode(ids) != valid) {
       std::fprintf(stderr, "encode_corpus: document %zu (%zu bytes) does not round-trip\n", docs, n);
       return 1;
     }
@@ -125,20 +155,25 @@ int corpus_ids(const remat::text::Gpt2Tokenizer& tok, const char* path) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const bool ok = (argc == 2 && mode == "--classes") ||
-                  (argc == 3 && (mode == "--codepoints" || mode == "--vocab")) ||
+                  (argc == 3 && (mode == "--codepoints" || mode == "--vocab" || mode == "--nfc")) ||
+                  (argc == 4 && mode == "--specials") ||
                   (argc == 3 && mode.rfind("--", 0) != 0);
   if (!ok) {
     std::fprintf(stderr, "usage: encode_corpus TOKENIZER_DIR CORPUS > ids.txt\n"
                          "       encode_corpus --codepoints TOKENIZER_DIR > ids.txt\n"
                          "       encode_corpus --vocab TOKENIZER_DIR > tokens.txt\n"
-                         "       encode_corpus --classes > classes.bin\n");
+                         "       encode_corpus --classes > classes.bin\n"
+                         "       encode_corpus --specials TOKENIZER CORPUS > ids.txt\n"
+                         "       encode_corpus --nfc CORPUS > normalized.bin\n");
     return 2;
   }
   try {
     if (mode == "--classes") return classes();
-    if (mode == "--codepoints") return codepoints(remat::text::Gpt2Tokenizer::from_directory(argv[2]));
-    if (mode == "--vocab") return vocab(remat::text::Gpt2Tokenizer::from_directory(argv[2]));
-    return corpus_ids(remat::text::Gpt2Tokenizer::from_directory(argv[1]), argv[2]);
+    if (mode == "--nfc") return nfc_records(argv[2]);
+    if (mode == "--codepoints") return codepoints(load(argv[2]));
+    if (mode == "--vocab") return vocab(load(argv[2]));
+    if (mode == "--specials") return corpus_ids(load(argv[2]), argv[3], true);
+    return corpus_ids(load(argv[1]), argv[2], false);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "encode_corpus: %s\n", e.what());
     return 1;

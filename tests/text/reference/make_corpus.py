@@ -41,6 +41,19 @@ NOT_SPACE = ["\ufeff", "\u200b", "\u200c", "\u200d", "\u2060", "\u180e", "\x1c",
 SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\t\t"] + WHITE_SPACE + NOT_SPACE
 COMBINING = ["\u0301", "\u0308", "\u0327", "\u20dd", "\u0336", "\u064e", "\u05b8", "\u0e49",
              "\u093f", "\u0bcd", "\u302a", "\U000e0100", "\ufe0f", "\u1ab0", "\u1dc0"]
+# added and special tokens of GPT-2, Llama 3 and Qwen 2/3, and near misses of them
+ADDED = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|end_of_text|>",
+         "<|eot_id|>", "<|reserved_special_token_7|>", "<|reserved_special_token_250|>", "<think>",
+         "</think>", "<tool_call>", "<|fim_prefix|>", "<|endoftext|", "<|im_start", "|endoftext|>",
+         "<|<|endoftext|>|>", "< think>", "<THINK>", "<|begin_of_text|><|begin_of_text|>", "<|eot_id|>\u0338"]
+# what NFC changes: marks after letters in any order, decomposed letters, Hangul jamo, singletons
+NFC_MARKS = [0x300, 0x301, 0x302, 0x308, 0x30a, 0x316, 0x323, 0x327, 0x328, 0x334, 0x338, 0x345,
+             0x5b0, 0x5bc, 0x5c1, 0x64b, 0x650, 0x93c, 0x94d, 0x9bc, 0x9be, 0x9cd, 0x9d7, 0xb3e,
+             0xbbe, 0xbd7, 0xcd5, 0xd3e, 0xdca, 0xe38, 0xe48, 0xf71, 0xf72, 0xf80, 0x102e, 0x1037,
+             0x1b35, 0x1dc0, 0x20d2, 0x302a, 0x3099, 0x309a, 0x1d165, 0x1d16d, 0x11d42, 0x1193e,
+             0x11930, 0x16d67]
+NFC_BASES = ("aeiouAEIOUnNcCsSzyY<=>\u0391\u03b1\u0415\u0438\u05d0\u0627\u0915\u0995\u09c7"
+             "\u0b47\u0bc6\u0d46\u0dd9\u0e01\u1025\u1b05\u304b\u30cf\U00011935\U00016d63")
 EMOJI_MODS = ["\u200d", "\U0001F3FB", "\U0001F3FF", "\ufe0f"]
 # the zero of each run of ten decimal digits (general category Nd) in Unicode 16.0
 DIGIT_ZEROS = [0x30, 0x660, 0x6f0, 0x7c0, 0x966, 0x9e6, 0xa66, 0xae6, 0xb66, 0xbe6, 0xc66, 0xce6,
@@ -82,7 +95,16 @@ def made_up(r, n):
     size = 0
     while size < n:
         k = r.random()
-        if k < 0.20:
+        if k < 0.03:
+            s = r.choice(ADDED)
+        elif k < 0.06:
+            s = "".join(r.choice(NFC_BASES) + "".join(chr(r.choice(NFC_MARKS)) for _ in range(r.randint(0, 4)))
+                        for _ in range(r.randint(1, 4)))
+            if r.random() < 0.3:  # Hangul: jamo L V (T), syllables LV + T, compatibility and singletons
+                s += r.choice(["\u1100\u1161", "\u1112\u1175\u11c2", "\uac00\u11a8", "\uac01\u11a8",
+                               "\u1100\u1100\u1161", "\u212b", "\u2126", "\uf900", "\u0344", "\u0f73",
+                               "\u1e9b\u0323", "\u0958", "\ufb1d", "\u2adc", "\U0001d15e"])
+        elif k < 0.20:
             s = " ".join(r.choice(WORDS) for _ in range(r.randint(1, 12)))
             if r.random() < 0.3:
                 s = s.capitalize() + r.choice([".", "!", "?", ",", ";", ":", "...", " -"])

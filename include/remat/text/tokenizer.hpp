@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
-// GPT-2's tokenizer: byte-level BPE (50,000 merges over 256 byte tokens, plus <|endoftext|>),
+// Byte-level BPE tokenizers: GPT-2's (50,000 merges over 256 byte tokens, plus <|endoftext|>),
 // loaded from the files OpenAI published (encoder.json + vocab.bpe), from their Hugging Face
-// twins (vocab.json + merges.txt) or from a Hugging Face tokenizer.json. Needs nlohmann-json
-// (Debian: nlohmann-json3-dev).
+// twins (vocab.json + merges.txt) or from a Hugging Face tokenizer.json; and from a
+// tokenizer.json, those of Llama 3 and Qwen 2/3 (their Split regexes, NFC, ignore_merges, added
+// tokens special or not), with the ids of Hugging Face's own tokenizers library (ctest
+// text.reference_hf). Needs nlohmann-json (Debian: nlohmann-json3-dev).
 //
-//   auto tok = remat::text::Gpt2Tokenizer::from_directory("gpt2/");
+//   auto tok = remat::text::Tokenizer::from_directory("gpt2/");   // or "Llama-3.2-1B/"
 //   std::vector<std::int32_t> ids = tok.encode("Hello world");   // {15496, 995}
 //   std::string back = tok.decode(ids);                           // "Hello world"
 //
@@ -23,7 +25,10 @@
 //
 // NOTE [Special tokens]: a token is special (encode() matches its text literally before
 // pre-tokenization; encode_ordinary() never does) only where the files declare it: a Hugging Face
-// tokenizer.json's "added_tokens" (each one, special or not, as Hugging Face matches them), and
+// tokenizer.json's "added_tokens" (each one, special or not, as Hugging Face matches them:
+// leftmost, then longest; those marked "normalized": false in the text as written, then the text
+// between them normalized and the others matched in it; encode_ordinary still matches the ones
+// that are not special, as Hugging Face's split_special_tokens=True does), and
 // for encoder.json/vocab.json, which declare nothing, GPT-2's convention that the vocabulary's
 // "<|endoftext|>" is the end-of-text token (what OpenAI's tiktoken declares for GPT-2). Never by
 // shape: "<pad>" in a vocabulary is an ordinary token, its five bytes, unless declared. An
@@ -41,14 +46,20 @@
 //                                                        values, ~1M with merges as arrays)
 // Ids are checked against the file's entry count (vocabulary plus added tokens) before any table
 // is sized, so a 15-byte {"!": 16777215} is an error, not a 16M-entry table; every id below the
-// largest must be used once. A tokenizer.json whose normalizer, pre-tokenizer or model options
-// would tokenize differently from GPT-2 (a Split regex, add_prefix_space, dropout, ignore_merges,
-// subword prefixes) is an error naming the field, never silently GPT-2's rules. Running out of
-// memory while loading is remat::OutOfMemory, never std::terminate (io::JsonDocument).
+// largest must be used once. A tokenizer.json is read for its rules: the normalizer (null or NFC,
+// text/normalize.hpp), the pre-tokenizer (GPT-2's ByteLevel regex, or a Sequence of a Split whose
+// regex is exactly Llama 3's or Qwen 2's and a ByteLevel without regex: text/pretokenize.hpp),
+// ignore_merges (a piece that is itself a vocabulary token is that token, before any merge), the
+// post-processor and decoder (ByteLevel or a template: no bytes change; encode() adds no
+// template tokens, as Hugging Face's add_special_tokens=False). Anything else that would
+// tokenize otherwise (another regex, add_prefix_space, dropout, byte_fallback, subword prefixes,
+// another normalizer) is an error naming the field, never silently GPT-2's rules. Running out
+// of memory while loading is remat::OutOfMemory, never std::terminate (io::JsonDocument).
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <bitset>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +77,7 @@
 #include "../io/file.hpp"
 #include "../io/json.hpp"
 #include "vocab_scan.hpp"
+#include "normalize.hpp"
 #include "pretokenize.hpp"
 #include "unicode.hpp"
 
@@ -86,36 +98,42 @@ inline std::uint32_t byte_stand_in(unsigned char b) {
   return table[b];
 }
 
+/// The Split regexes of Llama 3's and Qwen 2/3's tokenizer.json (NOTE [Llama 3 pre-tokenization]).
+inline constexpr const char* kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr const char* kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 /// File caps (NOTE [Tokenizer files]).
 inline constexpr io::JsonLimits kVocabJsonLimits{16u << 20, 64, 1'000'001};
 inline constexpr std::uint64_t kMergesMaxBytes = 16u << 20;
 inline constexpr io::JsonLimits kTokenizerJsonLimits{64u << 20, 64, 4'000'000};
 
-class Gpt2Tokenizer {
+class Tokenizer {
  public:
   /// GPT-2's own files: `encoder.json` (token -> id) and `vocab.bpe` (merges, best first),
   /// or the same content as Hugging Face's `vocab.json` and `merges.txt`.
-  static Gpt2Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt) {
+  static Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt) {
     const std::vector<char> v =
-        io::read_file(vocab_json, "Gpt2Tokenizer", kVocabJsonLimits.max_bytes, "a vocab.json (encoder.json)");
+        io::read_file(vocab_json, "Tokenizer", kVocabJsonLimits.max_bytes, "a vocab.json (encoder.json)");
     const std::vector<char> m =
-        io::read_file(merges_txt, "Gpt2Tokenizer", kMergesMaxBytes, "a merges.txt (vocab.bpe)");
+        io::read_file(merges_txt, "Tokenizer", kMergesMaxBytes, "a merges.txt (vocab.bpe)");
     return from_text(std::string_view(v.data(), v.size()), std::string_view(m.data(), m.size()),
                      vocab_json, merges_txt);
   }
   /// The same from the files' contents; the names only appear in errors.
-  static Gpt2Tokenizer from_text(std::string_view vocab_json, std::string_view merges_txt,
+  static Tokenizer from_text(std::string_view vocab_json, std::string_view merges_txt,
                                  const std::string& vocab_name = "the vocabulary",
                                  const std::string& merges_name = "the merges") {
     return loading(vocab_name, [&] {
-      Gpt2Tokenizer t;
+      Tokenizer t;
       {
         const auto v = parse(vocab_json, kVocabJsonLimits, "vocabulary", vocab_name, {});
         t.load_vocab(v.dom, {}, vocab_name);
       }  // the DOM's memory back before the merges
       // GPT-2's convention (NOTE [Special tokens]): these files declare no special tokens.
       const auto eot = t.id_of_.find("<|endoftext|>");
-      if (eot != t.id_of_.end()) t.declare_special("<|endoftext|>", eot->second);
+      if (eot != t.id_of_.end()) t.declare_added("<|endoftext|>", eot->second, true, false);
       REMAT_CHECK(merges_txt.size() <= kMergesMaxBytes, kWho, ": the merges '", merges_name, "' have ",
                   merges_txt.size(), " bytes, more than the ", kMergesMaxBytes,
                   " allowed (a real one is far smaller; is it the right file?)");
@@ -142,9 +160,9 @@ class Gpt2Tokenizer {
   }
 
   /// A Hugging Face `tokenizer.json` whose model is BPE with GPT-2's rules (NOTE [Tokenizer files]).
-  static Gpt2Tokenizer from_tokenizer_json(const std::string& path) {
+  static Tokenizer from_tokenizer_json(const std::string& path) {
     const std::vector<char> buf =
-        io::read_file(path, "Gpt2Tokenizer", kTokenizerJsonLimits.max_bytes, "a tokenizer.json");
+        io::read_file(path, "Tokenizer", kTokenizerJsonLimits.max_bytes, "a tokenizer.json");
     return loading(path, [&] {
       const std::string_view text(buf.data(), buf.size());
       const auto parsed = parse(text, kTokenizerJsonLimits, "tokenizer.json", path, {"model", "vocab"});
@@ -160,11 +178,11 @@ class Gpt2Tokenizer {
         throw bad("has a model that is not BPE");
       if (!model.contains("vocab") || !model.contains("merges") || !model["merges"].is_array())
         throw bad("has no vocab or merges");
-      check_gpt2_rules(j, path);
-      Gpt2Tokenizer t;
+      Tokenizer t;
+      t.read_rules(j, path);
       const std::vector<Added> added = added_tokens(j, path);
       t.load_vocab(model["vocab"], added, path);
-      for (const Added& a : added) t.declare_special(a.content, a.id.get<std::int64_t>());
+      for (const Added& a : added) t.declare_added(a.content, a.id.get<std::int64_t>(), a.special, a.normalized);
       std::int32_t rank = 0;
       for (const auto& m : model["merges"]) {
         if (m.is_string()) {  // "Ġ t"
@@ -185,7 +203,7 @@ class Gpt2Tokenizer {
 
   /// The tokenizer in a directory: encoder.json + vocab.bpe, vocab.json + merges.txt, or
   /// tokenizer.json (checked in that order).
-  static Gpt2Tokenizer from_directory(const std::string& dir) {
+  static Tokenizer from_directory(const std::string& dir) {
     const auto has = [&](const char* name) { return io::is_regular_file(dir + "/" + name); };
     if (has("encoder.json") && has("vocab.bpe"))
       return from_files(dir + "/encoder.json", dir + "/vocab.bpe");
@@ -203,43 +221,26 @@ class Gpt2Tokenizer {
   /// not declare one (NOTE [Special tokens]).
   std::int32_t eot() const { return eot_; }
 
-  /// Token ids of `text`; the text of a declared special token (NOTE [Special tokens]; for
-  /// GPT-2, "<|endoftext|>") is that token, the longest where two start at one place. Invalid
-  /// UTF-8 is replaced first (NOTE [Invalid UTF-8]).
-  std::vector<std::int32_t> encode(std::string_view text) const {
-    std::vector<std::int32_t> ids;
-    std::vector<std::size_t> next(specials_.size());  // each special's next occurrence, or npos
-    for (std::size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(specials_[k].first);
-    std::size_t pos = 0;
-    for (;;) {
-      std::size_t at = std::string_view::npos, best = 0;
-      for (std::size_t k = 0; k < specials_.size(); ++k) {
-        if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(specials_[k].first, pos);
-        if (next[k] < at || (next[k] == at && at != std::string_view::npos &&
-                             specials_[k].first.size() > specials_[best].first.size()))
-          at = next[k], best = k;
-      }
-      if (at == std::string_view::npos) break;
-      append_ordinary(text.substr(pos, at - pos), ids);
-      ids.push_back(specials_[best].second);
-      pos = at + specials_[best].first.size();
-    }
-    append_ordinary(text.substr(pos), ids);
-    return ids;
-  }
-  /// Token ids of `text` with no special tokens: "<|endoftext|>" is 7 ordinary tokens (what
-  /// GPT-2's encoder.py and tiktoken's encode_ordinary do).
-  std::vector<std::int32_t> encode_ordinary(std::string_view text) const {
-    std::vector<std::int32_t> ids;
-    append_ordinary(text, ids);
-    return ids;
-  }
+  /// Token ids of `text`, as Hugging Face's encode(text, add_special_tokens=False): every added
+  /// token's text (NOTE [Special tokens]; for GPT-2, "<|endoftext|>") is that token, the longest
+  /// where two start at one place; the rest is normalized (NFC where the file says so),
+  /// pre-tokenized and BPE-encoded. Invalid UTF-8 is replaced first (NOTE [Invalid UTF-8]). No
+  /// post-processor's tokens (a template's <|begin_of_text|>) are added.
+  std::vector<std::int32_t> encode(std::string_view text) const { return encode_with(text, true); }
+  /// The same with special tokens' text encoded as plain text (Hugging Face's
+  /// split_special_tokens=True): "<|endoftext|>" is 7 ordinary tokens for GPT-2 (what encoder.py
+  /// and tiktoken's encode_ordinary do). Added tokens that are not special are still matched.
+  std::vector<std::int32_t> encode_ordinary(std::string_view text) const { return encode_with(text, false); }
+
+  /// The pre-tokenizer and normalization this tokenizer applies.
+  Pretokenizer pretokenizer() const { return pretok_; }
+  bool normalizes_nfc() const { return nfc_; }
 
   /// The bytes of the tokens, concatenated (they may end inside a UTF-8 character).
   std::string decode(const std::vector<std::int32_t>& ids) const {
     std::string out;
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      REMAT_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "remat::text::Gpt2Tokenizer::decode: id ",
+      REMAT_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "remat::text::Tokenizer::decode: id ",
                   ids[i], " at position ", i, " is outside the vocabulary of ", vocab_size(),
                   " tokens (expected 0..", vocab_size() - 1, ")");
       out += bytes_of_[static_cast<std::size_t>(ids[i])];
@@ -248,20 +249,32 @@ class Gpt2Tokenizer {
   }
   /// The raw bytes of one token.
   const std::string& token_bytes(std::int32_t id) const {
-    REMAT_CHECK(id >= 0 && id < vocab_size(), "remat::text::Gpt2Tokenizer::token_bytes: id ", id,
+    REMAT_CHECK(id >= 0 && id < vocab_size(), "remat::text::Tokenizer::token_bytes: id ", id,
                 " is outside the vocabulary of ", vocab_size(), " tokens");
     return bytes_of_[static_cast<std::size_t>(id)];
   }
 
  private:
-  static constexpr const char* kWho = "remat::text::Gpt2Tokenizer";
+  static constexpr const char* kWho = "remat::text::Tokenizer";
   // bytes_of_[id]: the token's raw bytes; id_of_: the inverse. byte_id_[b]: the token of byte b.
   std::vector<std::string> bytes_of_;
   std::unordered_map<std::string, std::int32_t> id_of_;
   std::int32_t byte_id_[256];
   std::int32_t eot_ = -1;
-  // Declared special tokens (NOTE [Special tokens]): text and id.
-  std::vector<std::pair<std::string, std::int32_t>> specials_;
+  // Added tokens (NOTE [Special tokens]), matched before pre-tokenization.
+  struct AddedToken {
+    std::string text;
+    std::int32_t id;
+    bool special;     // not matched by encode_ordinary
+    bool normalized;  // matched in the normalized text, else in the text as written
+  };
+  std::vector<AddedToken> added_;
+  std::bitset<256> first_byte_;  // the first bytes of the added tokens
+  // The rules of a tokenizer.json (NOTE [Tokenizer files]); GPT-2's by default.
+  Pretokenizer pretok_ = Pretokenizer::gpt2;
+  bool nfc_ = false;
+  bool ignore_merges_ = false;      // a piece that is a vocabulary token is that token
+  std::vector<bool> in_model_;      // id -> a token of the model's vocabulary (not only added)
   // A merge: (left id, right id) -> rank (0 = merged first) and the merged token's id.
   struct Merge {
     std::int32_t rank, id;
@@ -275,6 +288,7 @@ class Gpt2Tokenizer {
   struct Added {
     std::string content;
     nlohmann::json id;  // as the file has it: checked with the vocabulary's ids
+    bool special = true, normalized = false;
   };
 
   static std::uint64_t key(std::int32_t a, std::int32_t b) {
@@ -287,7 +301,7 @@ class Gpt2Tokenizer {
 
   /// Runs a loader; running out of memory is remat::OutOfMemory naming the file.
   template <class Fn>
-  static Gpt2Tokenizer loading(const std::string& name, Fn&& fn) {
+  static Tokenizer loading(const std::string& name, Fn&& fn) {
     try {
       return fn();
     } catch (const std::bad_alloc&) {
@@ -328,32 +342,87 @@ class Gpt2Tokenizer {
     return !out.empty();
   }
 
-  /// Refuses a tokenizer.json whose other parts would tokenize otherwise than GPT-2's rules
-  /// (NOTE [Tokenizer files]); an absent or null part is GPT-2's.
-  static void check_gpt2_rules(const nlohmann::json& j, const std::string& path) {
+  /// The pre-tokenizer and normalizer of a tokenizer.json (NOTE [Tokenizer files]): GPT-2's,
+  /// Llama 3's or Qwen 2's; anything that would tokenize otherwise is refused, naming the field.
+  /// An absent or null part is GPT-2's.
+  void read_rules(const nlohmann::json& j, const std::string& path) {
     const auto refuse = [&](const std::string& field, const nlohmann::json& v, const char* expected) {
       return Error(::remat::detail::cat(kWho, ": '", path, "' has ", field, " = ", io::json_brief(v),
-                                        ", which GPT-2's tokenizer does not have (expected ", expected,
-                                        "; this tokenizer implements GPT-2's rules only, and would give "
-                                        "other ids than the file's owner)"));
+                                        ", which this tokenizer does not implement (expected ", expected,
+                                        "; it implements the byte-level BPE of GPT-2, Llama 3 and Qwen 2/3 "
+                                        "only, and would give other ids than the file's owner)"));
     };
     const auto is = [](const nlohmann::json& o, const char* k, const nlohmann::json& want) {
       return !o.contains(k) || o[k].is_null() || o[k] == want;
     };
-    if (j.contains("normalizer") && !j["normalizer"].is_null())
-      throw refuse("normalizer", j["normalizer"], "null");
+    const auto type_of = [](const nlohmann::json& o) {
+      return o.is_object() && o.contains("type") && o["type"].is_string() ? o["type"].get<std::string>()
+                                                                           : std::string();
+    };
+    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+      const nlohmann::json& n = j["normalizer"];
+      if (type_of(n) != "NFC") throw refuse("normalizer", n, "null or {\"type\": \"NFC\"}");
+      nfc_ = true;
+    }
     if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
       const nlohmann::json& p = j["pre_tokenizer"];
-      if (!p.is_object() || !p.contains("type") || p["type"] != "ByteLevel")
+      const nlohmann::json* byte_level = &p;
+      if (type_of(p) == "Sequence") {
+        // Llama 3, Qwen 2: [Split(their regex, Isolated), ByteLevel(use_regex false)]
+        const char* want = "[{\"type\": \"Split\", ...}, {\"type\": \"ByteLevel\", \"use_regex\": false}]";
+        if (!p.contains("pretokenizers") || !p["pretokenizers"].is_array() || p["pretokenizers"].size() != 2)
+          throw refuse("pre_tokenizer.pretokenizers", p.contains("pretokenizers") ? p["pretokenizers"] : p, want);
+        const nlohmann::json& split = p["pretokenizers"][0];
+        if (type_of(split) != "Split") throw refuse("pre_tokenizer.pretokenizers[0]", split, want);
+        const nlohmann::json* regex = split.contains("pattern") && split["pattern"].is_object() &&
+                                              split["pattern"].contains("Regex") && split["pattern"]["Regex"].is_string()
+                                          ? &split["pattern"]["Regex"]
+                                          : nullptr;
+        if (regex && *regex == kLlama3Regex) pretok_ = Pretokenizer::llama3;
+        else if (regex && *regex == kQwen2Regex) pretok_ = Pretokenizer::qwen2;
+        else
+          throw refuse("pre_tokenizer.pretokenizers[0].pattern", split.contains("pattern") ? split["pattern"] : split,
+                       "{\"Regex\": Llama 3's or Qwen 2's pattern}");
+        if (!is(split, "behavior", "Isolated"))
+          throw refuse("pre_tokenizer.pretokenizers[0].behavior", split["behavior"], "\"Isolated\"");
+        if (!is(split, "invert", false)) throw refuse("pre_tokenizer.pretokenizers[0].invert", split["invert"], "false");
+        byte_level = &p["pretokenizers"][1];
+        if (type_of(*byte_level) != "ByteLevel")
+          throw refuse("pre_tokenizer.pretokenizers[1]", *byte_level, "{\"type\": \"ByteLevel\"}");
+        if (!is(*byte_level, "use_regex", false))
+          throw refuse("pre_tokenizer.pretokenizers[1].use_regex", (*byte_level)["use_regex"], "false");
+      } else if (type_of(p) == "ByteLevel") {
+        if (!is(p, "use_regex", true)) throw refuse("pre_tokenizer.use_regex", p["use_regex"], "true");
+      } else {
         throw refuse("pre_tokenizer", p.is_object() && p.contains("type") ? p["type"] : p,
-                     "{\"type\": \"ByteLevel\"}");
-      if (!is(p, "add_prefix_space", false))
-        throw refuse("pre_tokenizer.add_prefix_space", p["add_prefix_space"], "false");
-      if (!is(p, "use_regex", true)) throw refuse("pre_tokenizer.use_regex", p["use_regex"], "true");
+                     "{\"type\": \"ByteLevel\"} or a Sequence of Split and ByteLevel");
+      }
+      if (!is(*byte_level, "add_prefix_space", false))
+        throw refuse("pre_tokenizer's ByteLevel add_prefix_space", (*byte_level)["add_prefix_space"], "false");
     }
+    // The post-processor and decoder add no ids to encode() (add_special_tokens=False) and change
+    // no bytes of decode() when they are ByteLevel or a template; anything else is refused.
+    if (j.contains("post_processor") && !j["post_processor"].is_null()) {
+      const nlohmann::json& pp = j["post_processor"];
+      const auto ok = [&](const nlohmann::json& x) {
+        return type_of(x) == "ByteLevel" || type_of(x) == "TemplateProcessing";
+      };
+      bool fine = ok(pp);
+      if (type_of(pp) == "Sequence" && pp.contains("processors") && pp["processors"].is_array()) {
+        fine = true;
+        for (const auto& x : pp["processors"]) fine = fine && ok(x);
+      }
+      if (!fine) throw refuse("post_processor", pp, "null, ByteLevel, TemplateProcessing or a Sequence of them");
+    }
+    if (j.contains("decoder") && !j["decoder"].is_null() && type_of(j["decoder"]) != "ByteLevel")
+      throw refuse("decoder", j["decoder"], "null or {\"type\": \"ByteLevel\"}");
     const nlohmann::json& m = j["model"];
     if (!is(m, "dropout", nullptr) && m["dropout"] != 0) throw refuse("model.dropout", m["dropout"], "null");
-    if (!is(m, "ignore_merges", false)) throw refuse("model.ignore_merges", m["ignore_merges"], "false");
+    if (!is(m, "ignore_merges", false)) {
+      if (!m["ignore_merges"].is_boolean()) throw refuse("model.ignore_merges", m["ignore_merges"], "true or false");
+      ignore_merges_ = true;
+    }
+    if (!is(m, "byte_fallback", false)) throw refuse("model.byte_fallback", m["byte_fallback"], "false");
     if (!is(m, "continuing_subword_prefix", ""))
       throw refuse("model.continuing_subword_prefix", m["continuing_subword_prefix"], "\"\" or null");
     if (!is(m, "end_of_word_suffix", ""))
@@ -380,7 +449,14 @@ class Gpt2Tokenizer {
                     io::json_brief(a["content"]), " in '", path, "' has ", flag, " = ",
                     io::json_brief(a[flag]), " (expected false: this tokenizer matches added tokens "
                     "literally and does not strip the spaces around them as Hugging Face would)");
-      out.push_back({a["content"].get<std::string>(), a["id"]});
+      const auto flag = [&](const char* k, bool absent) {
+        if (!a.contains(k) || a[k].is_null()) return absent;
+        REMAT_CHECK(a[k].is_boolean(), kWho, ": added token ", io::json_brief(a["content"]), " in '", path,
+                    "' has ", k, " = ", io::json_brief(a[k]), " (expected true or false)");
+        return a[k].get<bool>();
+      };
+      // absent (Hugging Face's files always have them): special and normalized false
+      out.push_back({a["content"].get<std::string>(), a["id"], flag("special", false), flag("normalized", false)});
     }
     return out;
   }
@@ -432,6 +508,8 @@ class Gpt2Tokenizer {
       place(i, raw, spelled, "");
       id_of_.emplace(bytes_of_[i], static_cast<std::int32_t>(i));  // bytes twice: the first id
     }
+    in_model_.assign(bytes_of_.size(), false);
+    for (const auto& item : v.items()) in_model_[static_cast<std::size_t>(item.value().get<std::uint64_t>())] = true;
     // An added token's text may also be an ordinary token's bytes (a run of spaces, say): BPE keeps
     // making the ordinary one; the added id decodes to the same bytes.
     for (const Added& a : added) {
@@ -452,9 +530,10 @@ class Gpt2Tokenizer {
     }
   }
 
-  void declare_special(const std::string& text, std::int64_t id) {
-    specials_.emplace_back(text, static_cast<std::int32_t>(id));
-    if (text == "<|endoftext|>") eot_ = static_cast<std::int32_t>(id);
+  void declare_added(const std::string& text, std::int64_t id, bool special, bool normalized) {
+    added_.push_back({text, static_cast<std::int32_t>(id), special, normalized});
+    first_byte_.set(static_cast<unsigned char>(text[0]));
+    if (special && text == "<|endoftext|>") eot_ = static_cast<std::int32_t>(id);
   }
 
   /// One merge, `rank` its place in the file (NOTE [Byte-level BPE]: a later duplicate wins).
@@ -471,12 +550,56 @@ class Gpt2Tokenizer {
     merges_[key(ia->second, ib->second)] = Merge{rank, iab->second};
   }
 
-  void append_ordinary(std::string_view text, std::vector<std::int32_t>& ids) const {
+  /// NOTE [Special tokens]: added tokens matched in the text as written, each stretch between
+  /// them normalized, normalized added tokens matched in it, the rest pre-tokenized and encoded.
+  std::vector<std::int32_t> encode_with(std::string_view text, bool specials) const {
+    std::vector<std::int32_t> ids;
     const std::string valid = to_valid_utf8(text);
-    pretokenize(valid, [&](std::string_view piece) {
+    split_added(valid, false, specials, ids, [&](std::string_view raw) {
+      const std::string norm = nfc_ ? nfc(raw) : std::string();
+      split_added(nfc_ ? std::string_view(norm) : raw, true, specials, ids,
+                  [&](std::string_view rest) { append_pieces(rest, ids); });
+    });
+    return ids;
+  }
+
+  /// Cuts text at the added tokens whose `normalized` flag is `normalized` (leftmost, then
+  /// longest), writing their ids and calling `between` for the text between them.
+  template <class F>
+  void split_added(std::string_view text, bool normalized, bool specials, std::vector<std::int32_t>& ids,
+                   F&& between) const {
+    std::size_t from = 0;
+    for (std::size_t pos = 0; pos < text.size(); ++pos) {
+      if (!first_byte_[static_cast<unsigned char>(text[pos])]) continue;
+      const AddedToken* best = nullptr;
+      for (const AddedToken& a : added_) {
+        if (a.normalized != normalized || (a.special && !specials) ||
+            (best && a.text.size() <= best->text.size()) || a.text[0] != text[pos] ||
+            text.compare(pos, a.text.size(), a.text) != 0)
+          continue;
+        best = &a;
+      }
+      if (!best) continue;  // (first_byte_ keeps this loop off most positions)
+      if (pos > from) between(text.substr(from, pos - from));
+      ids.push_back(best->id);
+      from = pos + best->text.size();
+      pos = from - 1;
+    }
+    if (from < text.size()) between(text.substr(from));
+  }
+
+  void append_pieces(std::string_view valid, std::vector<std::int32_t>& ids) const {
+    pretokenize(valid, pretok_, [&](std::string_view piece) {
       if (piece.size() == 1) {
         ids.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
         return;
+      }
+      if (ignore_merges_) {  // NOTE [Tokenizer files]: a whole piece in the vocabulary is kept
+        const auto whole = id_of_.find(std::string(piece));
+        if (whole != id_of_.end() && in_model_[static_cast<std::size_t>(whole->second)]) {
+          ids.push_back(whole->second);
+          return;
+        }
       }
       const auto hit = cache_.find(std::string(piece));
       if (hit != cache_.end()) {
