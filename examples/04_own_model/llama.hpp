@@ -149,7 +149,7 @@ class Model : public remat::nn::Module<B> {
     const T h2 = norm(x2, l.g2);
     auto composed_swiglu = [](const T& a, const T& b) { return remat::silu(a) * b; };
     const T gate = remat::matmul(h2, l.w1), lin = remat::matmul(h2, l.w3);
-    const T up = c_.fused_swiglu         ? swiglu(gate, lin)
+    const T up = c_.fused_swiglu         ? llama::swiglu(gate, lin)
                  : c_.recompute_composed ? remat::checkpoint(composed_swiglu, gate, lin)
                                          : composed_swiglu(gate, lin);
     return x2 + remat::matmul(up, l.w2);

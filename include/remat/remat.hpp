@@ -39,6 +39,7 @@
 #include "remat/ops/matmul.hpp"
 #include "remat/ops/mlp.hpp"
 #include "remat/ops/reduce.hpp"
+#include "remat/ops/rotary.hpp"
 #include "remat/ops/softmax.hpp"
 #include "remat/ops/unary.hpp"
 #include "remat/ops/view.hpp"

@@ -63,7 +63,7 @@ struct SwishOp {
 // y = a * silu(g): SwiGLU's product of two inputs, its backward written with tensor ops
 // (which the ledger and the estimate count like any others).
 // da = dy silu(g);  dg = dy a sigmoid(g) (1 + g (1 - sigmoid(g)))
-struct SwiGluOp {
+struct UserSwiGluOp {
   static constexpr const char* name = "swiglu";
   template <class B>
   struct Saved {
@@ -87,8 +87,8 @@ struct SwiGluOp {
 };
 
 template <class B>
-Tensor<B> swiglu(const Tensor<B>& a, const Tensor<B>& g) {
-  return apply_op<SwiGluOp>(std::array<Tensor<B>, 2>{a, g});
+Tensor<B> user_swiglu(const Tensor<B>& a, const Tensor<B>& g) {
+  return apply_op<UserSwiGluOp>(std::array<Tensor<B>, 2>{a, g});
 }
 
 // Two outputs of one pass (NOTE [ops of several outputs]): over x (rows, C) and w (C),
@@ -252,10 +252,10 @@ TEST_CASE("a custom op with a backward of tensor ops: gradients, checkpoint, est
           "[ops][custom]") {
   Tape<Cpu> tape(3);
   const T a = param(tape, {3, 10}, 2), g = param(tape, {3, 10}, 3);
-  remat_test::gradcheck(tape, [](const V& v) { return swiglu(v[0], v[1]); }, {a, g});
+  remat_test::gradcheck(tape, [](const V& v) { return user_swiglu(v[0], v[1]); }, {a, g});
   // The op's forward ran ops inside, but the tape recorded one node, not four.
   const std::size_t before = tape.num_nodes();
-  const T y = swiglu(a, g);
+  const T y = user_swiglu(a, g);
   CHECK(tape.num_nodes() == before + 1);
   CHECK(y.requires_grad());
   tape.clear();
@@ -265,7 +265,7 @@ TEST_CASE("a custom op with a backward of tensor ops: gradients, checkpoint, est
   const auto r = testing::compare_runs(
       tape,
       [&](bool ck) {
-        auto f = [&](const T& in) { return matmul(swiglu(in, apply_op<SwishOp>(in, 1.0f)), w); };
+        auto f = [&](const T& in) { return matmul(user_swiglu(in, apply_op<SwishOp>(in, 1.0f)), w); };
         return sum(ck ? checkpoint(f, a) : f(a));
       },
       {a, w});
@@ -277,7 +277,7 @@ TEST_CASE("a custom op with a backward of tensor ops: gradients, checkpoint, est
     using B = typename std::decay_t<decltype(t)>::backend;
     const Tensor<B> p = t.randn({64, 32}, 1.0f, 1, true), q = t.randn({64, 32}, 1.0f, 2, true);
     reset_peak_memory<B>();
-    t.backward(sum(apply_op<SwishOp>(swiglu(p, q), 0.5f)));
+    t.backward(sum(apply_op<SwishOp>(user_swiglu(p, q), 0.5f)));
   };
   const MemoryStats est = estimate_memory<Cpu>([&](auto& t) { program(t); });
   const MemoryStats before_real = memory_stats<Cpu>();

@@ -25,6 +25,7 @@
 #include "remat/ops/matmul.hpp"
 #include "remat/ops/mlp.hpp"
 #include "remat/ops/reduce.hpp"
+#include "remat/ops/rotary.hpp"
 #include "remat/ops/softmax.hpp"
 #include "remat/ops/unary.hpp"
 #include "remat/ops/view.hpp"
@@ -154,6 +155,22 @@ const std::vector<OpCase<B>>& op_cases() {
        [](const V& x) {
          const T h = matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16));
          return to_dtype(layer_norm(h, x[2], x[3]), DType::f32);
+       }, Fd::kinked},
+      // SwiGLU: two tensors, or the halves of one; in bf16 (a product's output)
+      {"swiglu", {{{3, 5, 12}}, {{3, 5, 12}}}, [](const V& x) { return swiglu(x[0], x[1]); }},
+      {"swiglu_packed", {{{4, 7, 20}, 2.0f}}, [](const V& x) { return swiglu(x[0]); }},
+      {"swiglu_bf16", {{{3, 5, 16}}, {{16, 32}, 0.5f}},
+       [](const V& x) {
+         return to_dtype(swiglu(matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16))), DType::f32);
+       }, Fd::kinked},
+      // rotary embeddings (Hugging Face's rotate_half): from position 3; Llama 3's scaling with
+      // an original length of 64, so that its three bands (kept, blended, divided) all occur
+      {"rope", {{{2, 5, 3, 8}}}, [](const V& x) { return rope(x[0], RopeConfig{}, 3); }},
+      {"rope_llama3", {{{1, 9, 2, 16}}},
+       [](const V& x) { return rope(x[0], RopeConfig{500000.0f, 8.0f, 1.0f, 4.0f, 64}, 100); }},
+      {"rope_bf16", {{{2, 4, 2, 8}}, {{8, 8}}},
+       [](const V& x) {
+         return to_dtype(rope(matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16))), DType::f32);
        }, Fd::kinked},
       {"rms_norm_bf16", {{{3, 5, 40}}, {{40, 40}}, {{40}, 0.2f, 1.0f}},
        [](const V& x) {

@@ -148,6 +148,27 @@ REMAT_HOST_DEVICE inline float unary_grad(UnaryKind k, float x, float p, float q
   return 0.0f;
 }
 
+/// SwiGLU's product y = silu(a) b = a sigmoid(a) b, and its gradients for dy = g:
+///   da = g b s (1 + a (1 - s)),  db = g a s,  s = sigmoid(a)
+REMAT_HOST_DEVICE inline float swiglu(float a, float b) { return a / (1.0f + std::exp(-a)) * b; }
+REMAT_HOST_DEVICE inline void swiglu_grad(float a, float b, float g, float& da, float& db) {
+  const float s = 1.0f / (1.0f + std::exp(-a));
+  da = g * b * s * (1.0f + a * (1.0f - s));
+  db = g * a * s;
+}
+
+/// Rotary position embedding of one pair (Hugging Face's rotate_half: x0 = x_j, x1 = x_{j+D/2})
+/// at angle a = position * frequency, a float product as Hugging Face computes it:
+///   y0 = x0 cos a - x1 sin a,   y1 = x1 cos a + x0 sin a
+/// The rotation is orthogonal: its gradient is the rotation by -a (`inverse`).
+REMAT_HOST_DEVICE inline void rope_pair(float x0, float x1, std::int64_t position, float frequency,
+                                        bool inverse, float& y0, float& y1) {
+  const float a = static_cast<float>(position) * frequency;
+  const float c = std::cos(a), s = inverse ? -std::sin(a) : std::sin(a);
+  y0 = x0 * c - x1 * s;
+  y1 = x1 * c + x0 * s;
+}
+
 }  // namespace math
 
 /// Where attention finds (batch b, head h) in its tensors: q, k and v (and their gradients)

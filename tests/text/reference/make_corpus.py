@@ -9,7 +9,9 @@ Extension I, Hangul, the new 16.0 scripts (Garay, Todhri, Sunuwar, Kirat Rai); c
 runs of every White_Space character and of look-alikes that are not (U+FEFF, U+200B, U+180E,
 U+001C..U+001F); emoji with ZWJ, skin tones and variation selectors; contractions in every case
 and with U+2019; random code points from the whole range; and invalid bytes (stray
-continuations, truncated sequences, overlongs, surrogates).
+continuations, truncated sequences, overlongs, surrogates); the added and special tokens of
+GPT-2, Llama 3 and Qwen and near misses of them; letters followed by combining marks in every
+order (classes old and new: NFC reorders and composes some), Hangul jamo and singletons.
 
     python3 tests/text/reference/make_corpus.py OUT [--min-bytes 1500000] [--seed 1]
 """

@@ -20,9 +20,11 @@
 #include "remat/core/math.hpp"
 
 #include "remat/core/memory.hpp"
+#include "remat/ops/activation.hpp"
 #include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
+#include "remat/ops/rotary.hpp"
 
 namespace remat {
 struct Cpu;
@@ -201,6 +203,54 @@ struct CpuNn {
   /// db (layer norm) or dw (RMSNorm), and an xhat and a g row.
   static std::size_t scratch(const LayerNormOp::Backward& k) { return norm_scratch(2, k.rows, k.C); }
   static std::size_t scratch(const RmsNormOp::Backward& k) { return norm_scratch(1, k.rows, k.C); }
+
+  // y (rows, F) = silu(a) b (math::swiglu); a, b rows lda, ldb apart
+  static void run(const SwiGluOp::Forward& k) {
+    parallel_for(k.rows, 16384 / (k.F + 1) + 1, [&](std::int64_t rb, std::int64_t re) {
+      for (std::int64_t r = rb; r < re; ++r)
+        for (std::int64_t i = 0; i < k.F; ++i)
+          math::store_f32(k.y, k.yt, r * k.F + i,
+                          math::swiglu(math::load_f32(k.a, k.t, r * k.lda + i), math::load_f32(k.b, k.t, r * k.ldb + i)));
+    });
+  }
+  // da (+)= dy b s (1 + a (1 - s)), db (+)= dy a s (math::swiglu_grad)
+  static void run(const SwiGluOp::Backward& k) {
+    parallel_for(k.rows, 16384 / (k.F + 1) + 1, [&](std::int64_t rb, std::int64_t re) {
+      for (std::int64_t r = rb; r < re; ++r)
+        for (std::int64_t i = 0; i < k.F; ++i) {
+          float da, db;
+          math::swiglu_grad(math::load_f32(k.a, k.t, r * k.lda + i), math::load_f32(k.b, k.t, r * k.ldb + i),
+                            math::load_f32(k.dy, k.dyt, r * k.F + i), da, db);
+          const std::int64_t ia = r * k.lda + i, ib = r * k.ldb + i;
+          if (k.da) math::store_f32(k.da, k.dt, ia, k.set_a ? da : math::load_f32(k.da, k.dt, ia) + da);
+          if (k.db) math::store_f32(k.db, k.dt, ib, k.set_b ? db : math::load_f32(k.db, k.dt, ib) + db);
+        }
+    });
+  }
+
+  // y (batch, T, H, D) (+)= x turned pair by pair (math::rope_pair): one task a (batch, t) row
+  static void run(const RopeOp::Rotate& k) {
+    const std::int64_t half = k.D / 2, row = k.H * k.D;
+    parallel_for(k.batch * k.T, 8, [&](std::int64_t rb, std::int64_t re) {
+      for (std::int64_t r = rb; r < re; ++r) {
+        const std::int64_t position = k.pos0 + r % k.T;
+        for (std::int64_t h = 0; h < k.H; ++h) {
+          const std::int64_t o = r * row + h * k.D;
+          for (std::int64_t j = 0; j < half; ++j) {
+            float y0, y1;
+            math::rope_pair(math::load_f32(k.x, k.xt, o + j), math::load_f32(k.x, k.xt, o + j + half), position,
+                            k.f.f[j], k.inverse, y0, y1);
+            if (k.add) {
+              y0 += math::load_f32(k.y, k.yt, o + j);
+              y1 += math::load_f32(k.y, k.yt, o + j + half);
+            }
+            math::store_f32(k.y, k.yt, o + j, y0);
+            math::store_f32(k.y, k.yt, o + j + half, y1);
+          }
+        }
+      }
+    });
+  }
 
   // y (rows, C) = softmax over the last axis of x
   static void softmax_forward(float* y, const float* x, std::int64_t rows, std::int64_t C) {

@@ -22,11 +22,13 @@
 #include "remat/backend/cuda/memory.cuh"
 #include "remat/core/shape.hpp"
 #include "remat/core/math.hpp"
+#include "remat/ops/activation.hpp"
 #include "remat/ops/cast.hpp"
 #include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
 #include "remat/ops/loss.hpp"
 #include "remat/ops/matmul.hpp"
+#include "remat/ops/rotary.hpp"
 
 namespace remat {
 namespace cuda {
@@ -169,6 +171,51 @@ __global__ void convert_kernel(void* y, DType to, const void* x, DType from, std
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const float v = math::load_f32(x, from, i);
     math::store_f32(y, to, i, add ? math::load_f32(y, to, i) + v : v);
+  }
+}
+// y (rows, F) = silu(a) b (math::swiglu), a and b rows lda and ldb apart: a thread an element
+template <int = 0>
+__global__ void swiglu_forward_kernel(void* y, DType yt, const void* a, const void* b, DType t, std::int64_t rows,
+                                      std::int64_t F, std::int64_t lda, std::int64_t ldb) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows * F;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / F, c = i % F;
+    math::store_f32(y, yt, i, math::swiglu(math::load_f32(a, t, r * lda + c), math::load_f32(b, t, r * ldb + c)));
+  }
+}
+// da (+)= dy b s (1 + a (1 - s)), db (+)= dy a s (math::swiglu_grad); a null output is skipped
+template <int = 0>
+__global__ void swiglu_backward_kernel(void* da, void* db, DType dt, const void* dy, DType dyt, const void* a,
+                                       const void* b, DType t, std::int64_t rows, std::int64_t F, std::int64_t lda,
+                                       std::int64_t ldb, bool set_a, bool set_b) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows * F;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / F, c = i % F, ia = r * lda + c, ib = r * ldb + c;
+    float ga, gb;
+    math::swiglu_grad(math::load_f32(a, t, ia), math::load_f32(b, t, ib), math::load_f32(dy, dyt, i), ga, gb);
+    if (da) math::store_f32(da, dt, ia, set_a ? ga : math::load_f32(da, dt, ia) + ga);
+    if (db) math::store_f32(db, dt, ib, set_b ? gb : math::load_f32(db, dt, ib) + gb);
+  }
+}
+// y (batch, T, H, D) (+)= x turned pair by pair (math::rope_pair): a thread a pair (j, j + D/2)
+template <int = 0>
+__global__ void rope_kernel(void* y, const void* x, std::int64_t pairs, std::int64_t T, std::int64_t H,
+                            std::int64_t D, std::int64_t pos0, RopeFrequencies f, bool inverse, bool add,
+                            DType yt, DType xt) {
+  const std::int64_t half = D / 2;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < pairs;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t j = i % half, head = i / half;  // head: (batch, t, h) flattened
+    const std::int64_t o = head * D + j;
+    float y0, y1;
+    math::rope_pair(math::load_f32(x, xt, o), math::load_f32(x, xt, o + half), pos0 + (head / H) % T, f.f[j],
+                    inverse, y0, y1);
+    if (add) {
+      y0 += math::load_f32(y, yt, o);
+      y1 += math::load_f32(y, yt, o + half);
+    }
+    math::store_f32(y, yt, o, y0);
+    math::store_f32(y, yt, o + half, y1);
   }
 }
 // c (M, N) at ldc, of type ct = acc (M, N) + bias (N) + r (M, N, at ldc; type ct) + c, each
@@ -477,6 +524,22 @@ struct CudaNn {
     if (k.rows == 0 || (!k.da && !k.db)) return;
     REMAT_CUDA_LAUNCH(binary_column_backward_kernel<>, static_cast<unsigned>(k.rows), kRowThreads,
                       0, s(), k.kind, k.da, k.db, k.dy, k.a, k.b, k.C, k.a_col, k.set_a, k.set_b);
+  }
+  static void run(const SwiGluOp::Forward& k) {
+    if (k.rows * k.F == 0) return;
+    REMAT_CUDA_LAUNCH(swiglu_forward_kernel<>, grid_for(k.rows * k.F), 256, 0, s(), k.y, k.yt, k.a, k.b, k.t, k.rows,
+                      k.F, k.lda, k.ldb);
+  }
+  static void run(const SwiGluOp::Backward& k) {
+    if (k.rows * k.F == 0 || (!k.da && !k.db)) return;
+    REMAT_CUDA_LAUNCH(swiglu_backward_kernel<>, grid_for(k.rows * k.F), 256, 0, s(), k.da, k.db, k.dt, k.dy, k.dyt,
+                      k.a, k.b, k.t, k.rows, k.F, k.lda, k.ldb, k.set_a, k.set_b);
+  }
+  static void run(const RopeOp::Rotate& k) {
+    const std::int64_t pairs = k.batch * k.T * k.H * (k.D / 2);
+    if (pairs == 0) return;
+    REMAT_CUDA_LAUNCH(rope_kernel<>, grid_for(pairs), 256, 0, s(), k.y, k.x, pairs, k.T, k.H, k.D, k.pos0, k.f,
+                      k.inverse, k.add, k.yt, k.xt);
   }
   static void run(const LayerNormOp::Forward& k) {
     if (k.rows == 0) return;
