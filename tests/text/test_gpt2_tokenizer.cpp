@@ -6,7 +6,10 @@
 // encoder.py ranks them, and hostile files (issue 24): clean errors within 1 s and 100 MiB, and
 // out of memory as remat::OutOfMemory. The comparison with OpenAI's tiktoken over all of Unicode
 // is ctest text.reference_tiktoken (tests/text/reference/); the Unicode classes are in
-// test_unicode.cpp.
+// test_unicode.cpp. Then the rules of Llama 3's and Qwen's tokenizer.json: their pre-tokenizers
+// against their regexes, NFC against Hugging Face's normalizer, ignore_merges, added tokens
+// matched before and after normalization, and the settings refused (their comparison with
+// Hugging Face's tokenizers is ctest text.reference_hf).
 #include <chrono>
 #include <csignal>
 #include <cstdio>

@@ -123,8 +123,8 @@ class Tokenizer {
   }
   /// The same from the files' contents; the names only appear in errors.
   static Tokenizer from_text(std::string_view vocab_json, std::string_view merges_txt,
-                                 const std::string& vocab_name = "the vocabulary",
-                                 const std::string& merges_name = "the merges") {
+                             const std::string& vocab_name = "the vocabulary",
+                             const std::string& merges_name = "the merges") {
     return loading(vocab_name, [&] {
       Tokenizer t;
       {
@@ -159,7 +159,8 @@ class Tokenizer {
     });
   }
 
-  /// A Hugging Face `tokenizer.json` whose model is BPE with GPT-2's rules (NOTE [Tokenizer files]).
+  /// A Hugging Face `tokenizer.json` whose model is byte-level BPE with the rules of GPT-2, Llama 3
+  /// or Qwen 2/3 (NOTE [Tokenizer files]).
   static Tokenizer from_tokenizer_json(const std::string& path) {
     const std::vector<char> buf =
         io::read_file(path, "Tokenizer", kTokenizerJsonLimits.max_bytes, "a tokenizer.json");
