@@ -48,6 +48,7 @@
 #include "remat/nn/attention.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/layers.hpp"
+#include "remat/nn/llama.hpp"
 #include "remat/nn/module.hpp"
 
 #include "remat/dist/comm.hpp"           // LocalComm; MpiComm: remat/mpi.hpp (target remat::mpi)

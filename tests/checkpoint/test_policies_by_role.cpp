@@ -116,7 +116,7 @@ TEST_CASE("policies decide by role on a Llama-style block written from primitive
   // run keeps is its only copy: the product it was made from is not kept).
   const Policy mg = policy::megatron_selective();
   const Shape s{2, 3};
-  for (const char* op : {"attention", "self_attention"})
+  for (const char* op : {"attention", "self_attention", "grouped_attention"})
     CHECK_FALSE(mg.keep_op(OpInfo{op, 0, &s, 24, true, false}));
   for (const char* op : {"matmul", "linear", "unary", "binary", "layer_norm", "reduce", "permute"})
     CHECK(mg.keep_op(OpInfo{op, 0, &s, 24, true, false}));

@@ -1009,7 +1009,7 @@ void test_mma_attention() {
   }
   Cuda::set_attention_path(cuda::AttentionPath::fused);
   for (const char* name : {"attention_t67_d64", "attention_t67_d64_full", "attention_t67_d128",
-                           "attention_t67_d128_full"}) {
+                           "attention_t67_d128_full", "grouped_attention_t67_d64"}) {
 #if defined(REMAT_CUDA_EMULATION)
     const auto before = cuda::emu::device().launches_by_kernel();
 #endif

@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <remat/data/tokens.hpp>
 #include <remat/io/gpt2.hpp>
+#include <remat/io/llama.hpp>
 #include <remat/io/snapshot.hpp>
 #include <remat/remat.hpp>
 
@@ -88,6 +90,36 @@ void gpt2_seeds(const fs::path& dir) {
   remat::io::write_safetensors((dir / "gpt2_hf_layout.safetensors").string(), hf, {{"format", "pt"}});
 }
 
+// fuzz_llama's plain inputs: a byte that picks the file (0 config.json, 1 model.safetensors,
+// 2 model.safetensors.index.json), then its bytes, for the target's valid folder (a 1-layer
+// llama of width 1, vocabulary 1, head size 2, untied): each seed loads.
+void llama_seeds(const fs::path& dir) {
+  remat::nn::LlamaConfig c;
+  c.vocab_size = 1;
+  c.hidden_size = 1;
+  c.intermediate_size = 1;
+  c.num_layers = 1;
+  c.num_heads = 1;
+  c.num_kv_heads = 1;
+  c.head_dim = 2;
+  c.rms_norm_eps = 1e-5f;
+  write_text(dir / "config_llama.bin", std::string(1, '\0') + remat::io::llama_config_json(c));
+  std::vector<std::pair<std::string, HostTensor>> ts;
+  std::string index = "{\"metadata\":{\"total_size\":0},\"weight_map\":{";
+  int phase = 0;
+  for (const auto& [name, shape] : remat::io::llama_shapes(c)) {
+    ts.emplace_back(name, HostTensor{shape, ramp(shape.numel(), phase++)});
+    index += std::string(phase > 1 ? "," : "") + "\"" + name + "\":\"model.safetensors\"";
+  }
+  const fs::path tmp = dir / "weights.tmp";
+  remat::io::write_safetensors(tmp.string(), ts, {{"format", "pt"}});
+  std::ifstream in(tmp, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  fs::remove(tmp);
+  write_text(dir / "weights_tiny_llama.bin", std::string(1, '\1') + bytes);
+  write_text(dir / "index_one_shard.bin", std::string(1, '\2') + index + "}}");
+}
 
 void snapshot_seeds(const fs::path& dir) {
   using namespace remat;
@@ -175,6 +207,11 @@ void recipe_seeds(const fs::path& out) {
   // a 2-layer GPT-2, prefixed, with mask buffers, a tied lm_head and config.json's n_head
   write_recipe(out / "gpt2" / "recipe_two_layers_hf_layout", {0, 2, 3, 4, 3, 1, 1, 1, 1});
   write_recipe(out / "gpt2" / "recipe_one_layer_metadata_heads", {0, 1, 1, 2, 1, 0, 0, 0, 0});
+  // Llama-family folders, unchanged: a qwen3 with GQA and a tied head in one file; a 2-layer
+  // llama in two shards; a qwen2 (biases) with its lm_head beside the tied embedding
+  write_recipe(out / "llama" / "recipe_qwen3_gqa_tied", {0, 2, 0, 0, 1, 0, 3, 1, 4, 1, 0});
+  write_recipe(out / "llama" / "recipe_llama_two_shards", {0, 0, 1, 1, 0, 1, 2, 2, 2, 0, 1});
+  write_recipe(out / "llama" / "recipe_qwen2_tied_head_equal", {5, 1, 0, 0, 0, 0, 1, 0, 2, 1, 0, 1});
   // AdamW, SGD and no-optimizer snapshots, unchanged
   write_recipe(out / "snapshot" / "recipe_adamw", {0, 0, 0});
   write_recipe(out / "snapshot" / "recipe_sgd", {0, 1, 0});
@@ -196,7 +233,7 @@ int main(int argc, char** argv) {
     const std::pair<const char*, void (*)(const fs::path&)> targets[] = {
         {"safetensors", safetensors_seeds}, {"gpt2", gpt2_seeds}, {"snapshot", snapshot_seeds},
         {"llmc_tokens", llmc_seeds}, {"strategy", strategy_seeds},
-        {"tokenizer", tokenizer_seeds}};
+        {"tokenizer", tokenizer_seeds}, {"llama", llama_seeds}};
     for (const auto& [name, make] : targets) {
       fs::remove_all(out / name);
       fs::create_directories(out / name);

@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors gpt2 snapshot llmc_tokens strategy tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors gpt2 snapshot llmc_tokens strategy tokenizer llama)
 corpus=${corpus:-$build/corpus}
 bash .ci/deps.sh build fuzz
 if [ ! -f "$build/CMakeCache.txt" ]; then

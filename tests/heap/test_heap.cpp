@@ -141,6 +141,7 @@ TEST_CASE("the CPU kernels take no heap memory behind the ledger", "[heap]") {
   L.q_batch = L.o_batch = L.H * L.T * L.D;
   L.q_head = L.o_head = L.T * L.D;
   L.q_row = L.o_row = L.D;
+  L.kv_like_q();
   const auto an = static_cast<std::size_t>(L.B * L.H * L.T * L.D);
   auto q = values(an), k = values(an), v = values(an), o = values(an), dq = values(an),
        dk = values(an), dv = values(an), dO = values(an);

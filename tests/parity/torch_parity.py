@@ -20,6 +20,8 @@ except ImportError:
     print("SKIP: PyTorch is not installed (apt-get install python3-torch)")
     sys.exit(77)
 
+from safetensors_out import write_safetensors
+
 L, D, H, T, V, B, STEPS, LR = 2, 64, 2, 32, 96, 4, 5, 0.1
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -40,18 +42,6 @@ def gpt2_weights():
             w[p + name + ".bias"] = 0.05 * torch.randn(shape[1])
         w[p + "attn.bias"] = torch.tril(torch.ones(1, 1, T, T))  # HF's mask buffer: must be skipped
     return {k: v.float().contiguous() for k, v in w.items()}
-
-
-def write_safetensors(path, tensors):
-    header, blobs, at = {}, [], 0
-    for k, v in tensors.items():
-        b = v.numpy().tobytes()
-        header[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [at, at + len(b)]}
-        blobs.append(b)
-        at += len(b)
-    h = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def write_bin(path, tokens):

@@ -111,6 +111,11 @@ const std::vector<OpCase<B>>& op_cases() {
       {"attention", {{{2, 3, 70, 16}}, {{2, 3, 70, 16}}, {{2, 3, 70, 16}}},
        [](const V& x) { return attention(x[0], x[1], x[2], true); }},
       {"self_attention", {{{2, 70, 3 * 32}}}, [](const V& x) { return self_attention(x[0], 4); }},
+      // grouped-query: 4 query heads on 2 key/value heads; multi-query (3 on 1), not causal
+      {"grouped_attention", {{{2, 20, 4, 16}}, {{2, 20, 2, 16}}, {{2, 20, 2, 16}}},
+       [](const V& x) { return grouped_attention(x[0], x[1], x[2], true); }},
+      {"grouped_attention_mqa_full", {{{1, 9, 3, 8}}, {{1, 9, 1, 8}}, {{1, 9, 1, 8}}},
+       [](const V& x) { return grouped_attention(x[0], x[1], x[2], false); }},
       {"cross_entropy", {{{2, 9, 40}, 2.0f}},
        [targets](const V& x) { return cross_entropy(x[0], targets(x[0].tape(), 18, 40, 2)); }},
       {"dropout", {{{1000}}}, [](const V& x) { return dropout(x[0], 0.3f); }},
@@ -212,6 +217,16 @@ const std::vector<OpCase<B>>& op_cases() {
          return to_dtype(attention(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16),
                                    to_dtype(x[2], DType::bf16), true), DType::f32);
        }, Fd::kinked},
+      {"reshape_bf16", {{{3, 4}}, {{4, 6}}},
+       [](const V& x) {
+         const T y = reshape(matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16)), {3, 2, 3});
+         return to_dtype(y, DType::f32) * to_dtype(y, DType::f32);
+       }, Fd::kinked},
+      {"grouped_attention_bf16", {{{1, 12, 4, 16}}, {{1, 12, 2, 16}}, {{1, 12, 2, 16}}},
+       [](const V& x) {
+         return to_dtype(grouped_attention(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16),
+                                           to_dtype(x[2], DType::bf16), true), DType::f32);
+       }, Fd::kinked},
       {"self_attention_bf16", {{{2, 20, 24}}, {{24, 96}}},
        [](const V& x) {
          const T qkv = matmul(to_dtype(x[0], DType::bf16), to_dtype(x[1], DType::bf16));
@@ -229,6 +244,8 @@ const std::vector<OpCase<B>>& op_cases() {
        [](const V& x) { return attention(x[0], x[1], x[2], true); }},
       {"attention_t67_d128_full", {{{1, 2, 67, 128}}, {{1, 2, 67, 128}}, {{1, 2, 67, 128}}},
        [](const V& x) { return attention(x[0], x[1], x[2], false); }},
+      {"grouped_attention_t67_d64", {{{1, 67, 4, 64}}, {{1, 67, 2, 64}}, {{1, 67, 2, 64}}},
+       [](const V& x) { return grouped_attention(x[0], x[1], x[2], true); }},
       {"cross_entropy_v50257", {{{1, 3, 50257}, 2.0f}},
        [](const V& x) { return cross_entropy(x[0], x[0].tape().tokens({1, 3}, {0, 50256, 31337})); }},
       // the padded vocabulary (nn::GPTConfig::vocab_multiple): 40 classes in rows of 48, dlogits

@@ -34,7 +34,7 @@ inline bool is_weight_product(const OpInfo& op) {
 }
 /// The attention core (scores, softmax, times values), fused into one op.
 inline bool is_attention_core(const OpInfo& op) {
-  return is_op(op, "attention") || is_op(op, "self_attention");
+  return is_op(op, "attention") || is_op(op, "self_attention") || is_op(op, "grouped_attention");
 }
 }  // namespace detail
 

@@ -171,20 +171,39 @@ REMAT_HOST_DEVICE inline void rope_pair(float x0, float x1, std::int64_t positio
 
 }  // namespace math
 
-/// Where attention finds (batch b, head h) in its tensors: q, k and v (and their gradients)
-/// share one layout, o (and its gradient) another; rows of T positions are `*_row` apart.
-///   (B, H, T, D) contiguous:   q_batch = H T D, q_head = T D, q_row = D
+/// Where attention finds (batch b, head h) in its tensors: q (and dq) in one layout, k and v
+/// (and dk, dv) in another, o (and its gradient) in a third; rows of T positions are `*_row`
+/// apart. Grouped-query attention: G query heads share each key/value head, query head h reads
+/// key/value head h / G (H / G of them; G = 1: one each, multi-head attention).
+///   (B, H, T, D) contiguous:   q_batch = H T D, q_head = T D, q_row = D (k, v, o alike)
 ///   GPT's packed qkv (B, T, 3C) with o (B, T, C): q_batch = 3 T C, q_head = D, q_row = 3C
-///     (k and v start C and 2C elements after q)
+///     (k and v start C and 2C elements after q, in q's layout)
+///   (B, T, heads, D), as projections give them: q_batch = T H D, q_head = D, q_row = H D;
+///     k, v: kv_batch = T (H / G) D, kv_head = D, kv_row = (H / G) D
 struct AttentionLayout {
   std::int64_t B = 1, H = 1, T = 0, D = 0;
+  std::int64_t G = 1;  // query heads per key/value head
   std::int64_t q_batch = 0, q_head = 0, q_row = 0;
+  std::int64_t kv_batch = 0, kv_head = 0, kv_row = 0;
   std::int64_t o_batch = 0, o_head = 0, o_row = 0;
+  /// key/value heads
+  REMAT_HOST_DEVICE std::int64_t KVH() const { return H / G; }
   REMAT_HOST_DEVICE std::int64_t q_offset(std::int64_t bh) const {
     return (bh / H) * q_batch + (bh % H) * q_head;
   }
+  /// the key/value head that query head bh (of B H) reads
+  REMAT_HOST_DEVICE std::int64_t kv_offset(std::int64_t bh) const {
+    return (bh / H) * kv_batch + ((bh % H) / G) * kv_head;
+  }
   REMAT_HOST_DEVICE std::int64_t o_offset(std::int64_t bh) const {
     return (bh / H) * o_batch + (bh % H) * o_head;
+  }
+  /// k and v in q's layout (one key/value head a query head)
+  void kv_like_q() {
+    G = 1;
+    kv_batch = q_batch;
+    kv_head = q_head;
+    kv_row = q_row;
   }
 };
 

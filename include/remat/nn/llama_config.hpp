@@ -1,12 +1,15 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // The shape of a Llama-family decoder (Llama 3, Qwen 2/3, SmolLM2): what Hugging Face's
-// config.json says of it (io/hf_config.hpp reads one), in its terms.
+// config.json says of it (io/hf_config.hpp reads one), in its terms; and how remat runs it
+// (nn::Llama, nn/llama.hpp): its checkpointing, precision and a fresh model's initialization.
 
 #include <cstdint>
 #include <string>
 
+#include "remat/core/dtype.hpp"
 #include "remat/core/error.hpp"
+#include "remat/nn/blocks.hpp"
 #include "remat/ops/rotary.hpp"
 
 namespace remat {
@@ -27,6 +30,12 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;    // lm_head is embed_tokens
   bool qkv_bias = false;               // attention_bias (Llama), always for Qwen 2
   bool qk_norm = false;                // Qwen 3: RMSNorm over each head of q and k
+
+  // Not from config.json: how remat runs the model
+  CheckpointStrategy checkpoint;       // how the blocks are checkpointed (nn/blocks.hpp)
+  DType precision = DType::f32;        // f32 or bf16 (NOTE [precision policy] in ops/cast.hpp)
+  float init_std = 0.02f;              // a fresh model's weights: N(0, init_std^2) (initializer_range)
+  std::uint64_t seed = 1337;           // ... drawn from this seed
 
   /// Throws unless the sizes make a model (positive, heads divisible by kv heads, even heads).
   void check(const std::string& where = "remat::nn::LlamaConfig") const {

@@ -1,7 +1,8 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// Scaled dot-product attention: over (..., T, D) tensors (attention), and fused for GPT over a
-// packed qkv (B, T, 3C) -> (B, T, C) (self_attention: no split, no head transposes, no copies).
+// Scaled dot-product attention: over (..., T, D) tensors (attention), fused for GPT over a
+// packed qkv (B, T, 3C) -> (B, T, C) (self_attention: no split, no head transposes, no copies),
+// and with grouped key/value heads over (B, T, heads, D) (grouped_attention, Llama's).
 // The backend decides what is kept for backward (aux): each query row's log-sum-exp (B H T
 // floats; the CPU's and CUDA's fused paths, which recompute P in backward) or the
 // probabilities P (B H T T floats; their materialized paths). q, k, v (qkv) f32 or bf16, the
@@ -32,10 +33,7 @@ struct AttentionOp {
   template <class B>
   static Tensor<B> forward(Saved<B>& s, const Tensor<B>& q, const Tensor<B>& k,
                            const Tensor<B>& v, bool causal) {
-    for (const Tensor<B>* t : {&q, &k, &v}) detail::check_float(name, "q, k and v", *t);
-    REMAT_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "remat::attention: q is ",
-                dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ", dtype_name(v.dtype()),
-                " (expected one element type; hint: to_dtype)");
+    check_types(name, q, k, v);
     REMAT_CHECK(q.rank() >= 2 && q.shape() == k.shape() && q.shape() == v.shape(),
                 "remat::attention: q is ", q.shape().str(), ", k is ", k.shape().str(), ", v is ",
                 v.shape().str(), " (expected three equal shapes (..., T, D), e.g. [B, H, T, D])");
@@ -47,6 +45,22 @@ struct AttentionOp {
     L.H = 1;
     L.q_batch = L.o_batch = L.T * L.D;
     L.q_row = L.o_row = L.D;
+    L.kv_like_q();
+    return run(s, q, k, v, causal);
+  }
+  // q, k and v all f32 or all bf16 (op: the op's name, for errors; shared with GroupedAttentionOp)
+  template <class B>
+  static void check_types(const char* op, const Tensor<B>& q, const Tensor<B>& k, const Tensor<B>& v) {
+    for (const Tensor<B>* t : {&q, &k, &v}) detail::check_float(op, "q, k and v", *t);
+    REMAT_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "remat::", op, ": q is ",
+                dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ", dtype_name(v.dtype()),
+                " (expected one element type; hint: to_dtype)");
+  }
+  // The forward once s.L is set (o in q's shape and o's layout): shared with GroupedAttentionOp
+  template <class B>
+  static Tensor<B> run(Saved<B>& s, const Tensor<B>& q, const Tensor<B>& k, const Tensor<B>& v,
+                       bool causal) {
+    const AttentionLayout& L = s.L;
     s.scale = 1.0f / std::sqrt(static_cast<float>(L.D));
     s.causal = causal;
     const auto qf = detail::widened(q), kf = detail::widened(k), vf = detail::widened(v);
@@ -112,6 +126,7 @@ struct SelfAttentionOp {
     L.o_batch = L.T * C;
     L.o_head = L.D;
     L.o_row = C;
+    L.kv_like_q();
     s.scale = 1.0f / std::sqrt(static_cast<float>(L.D));
     s.causal = causal;
     auto o = detail::make_tensor<B>(&qkv.tape(), Shape{L.B, L.T, C});
@@ -142,10 +157,60 @@ struct SelfAttentionOp {
   }
 };
 
+// Grouped-query attention on heads as the projections give them (no transposes, no copies):
+// q (B, T, H, D); k and v (B, T, KVH, D) with H a multiple of KVH; query head h reads key/value
+// head h / G, G = H / KVH, never repeated in memory. o (B, T, H, D). KVH = H is multi-head
+// attention, KVH = 1 multi-query. The math is AttentionOp's, and its backward; dk and dv of a
+// key/value head sum over the G query heads that read it, in head order.
+struct GroupedAttentionOp {
+  static constexpr const char* name = "grouped_attention";
+  template <class B>
+  using Saved = AttentionOp::Saved<B>;
+  template <class B>
+  static Tensor<B> forward(Saved<B>& s, const Tensor<B>& q, const Tensor<B>& k,
+                           const Tensor<B>& v, bool causal) {
+    AttentionOp::check_types(name, q, k, v);
+    const bool ranks = q.rank() == 4 && k.rank() == 4 && k.shape() == v.shape();
+    REMAT_CHECK(ranks && k.size(0) == q.size(0) && k.size(1) == q.size(1) &&
+                    k.size(3) == q.size(3) && k.size(2) > 0 && q.size(2) % k.size(2) == 0,
+                "remat::grouped_attention: q is ", q.shape().str(), ", k is ", k.shape().str(),
+                ", v is ", v.shape().str(),
+                " (expected q [B, T, H, D] and k, v [B, T, KVH, D] with H a multiple of KVH; "
+                "hint: heads second to last, as a projection's [B, T, H D] reshaped)");
+    detail::check_nonempty(name, "q", q);
+    AttentionLayout& L = s.L;
+    L.B = q.size(0);
+    L.T = q.size(1);
+    L.H = q.size(2);
+    L.D = q.size(3);
+    L.G = L.H / k.size(2);
+    L.q_batch = L.o_batch = L.T * L.H * L.D;
+    L.q_head = L.o_head = L.D;
+    L.q_row = L.o_row = L.H * L.D;
+    L.kv_batch = L.T * L.KVH() * L.D;
+    L.kv_head = L.D;
+    L.kv_row = L.KVH() * L.D;
+    return AttentionOp::run(s, q, k, v, causal);
+  }
+  template <class B>
+  static void backward(const Saved<B>& s, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp,
+                       const std::vector<char>& fresh) {
+    AttentionOp::backward(s, dout, dinp, fresh);
+  }
+};
+
 /// softmax(q k^T / sqrt(D)) v over the last two axes (T, D); `causal` masks future keys.
 template <class B>
 Tensor<B> attention(const Tensor<B>& q, const Tensor<B>& k, const Tensor<B>& v, bool causal = true) {
   return detail::apply<AttentionOp>(std::array<Tensor<B>, 3>{q, k, v}, causal);
+}
+
+/// Grouped-query attention: q [B, T, H, D], k and v [B, T, KVH, D] (H a multiple of KVH) ->
+/// [B, T, H, D]; query head h attends with key/value head h / (H / KVH).
+template <class B>
+Tensor<B> grouped_attention(const Tensor<B>& q, const Tensor<B>& k, const Tensor<B>& v,
+                            bool causal = true) {
+  return detail::apply<GroupedAttentionOp>(std::array<Tensor<B>, 3>{q, k, v}, causal);
 }
 
 /// Multi-head attention on a packed qkv (B, T, 3C) -> (B, T, C) with n_head heads of C / n_head.

@@ -1,6 +1,7 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// Shape ops: reshape (shares storage), transpose/permute, slice/split, concat (copies).
+// Shape ops: reshape (shares storage; f32 or bf16), transpose/permute, slice/split, concat
+// (copies; f32).
 // None keeps anything for backward: their gradients only move elements back.
 
 #include <array>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "remat/core/apply.hpp"
+#include "remat/ops/cast.hpp"
 
 namespace remat {
 
@@ -45,7 +47,10 @@ struct ReshapeOp {
   static void save(Saved<B>&, const Tensor<B>&, const Tensor<B>&, const Shape&) {}
   template <class B>
   static void backward(const Saved<B>&, const Tensor<B>& dout, std::vector<Tensor<B>>& dinp) {
-    B::add_into(dinp[0].template data<float>(), dout.template data<float>(), dout.numel());
+    if (dinp[0].dtype() == DType::f32 && dout.dtype() == DType::f32)
+      B::add_into(dinp[0].template data<float>(), dout.template data<float>(), dout.numel());
+    else  // a bf16 view's gradient: added in fp32, rounded once
+      detail::convert_into(dinp[0], dout, /*add=*/true);
   }
 };
 

@@ -304,9 +304,10 @@ struct CpuNn {
   // o = P v per (batch, head),  P = softmax(scale q k^T) with the causal mask (j > i masked)
   // when `causal`; aux gets lse (B H, T) (fused) or P (B H, T, T) (materialized). q, k, v, o
   // are read through AttentionLayout, so packed GPT layouts (qkv (B, T, 3C) -> o (B, T, C))
-  // need no copies. Query rows go in blocks of kRows: the rows [r0, r1) only see keys [0, r1),
-  // so each GEMM stops there (about 0.6 of the full products at T = 256). The (b, h) pairs run
-  // in parallel, each with single-threaded GEMMs.
+  // and grouped key/value heads (query head h reads k, v head h / G) need no copies. Query
+  // rows go in blocks of kRows: the rows [r0, r1) only see keys [0, r1), so each GEMM stops
+  // there (about 0.6 of the full products at T = 256). The (b, h) pairs run in parallel, each
+  // with single-threaded GEMMs.
   static constexpr std::int64_t kRows = 64;
   static void attention_forward(const AttentionLayout& L, float* o, float* aux, const float* q,
                                 const float* k, const float* v, float scale, bool causal) {
@@ -316,8 +317,8 @@ struct CpuNn {
     const Scratch<float> scratch(attention_forward_scratch(L) / sizeof(float));
     parallel_for_chunks(L.B * L.H, chunks, [&](int c, std::int64_t hb, std::int64_t he) {
       for (std::int64_t bh = hb; bh < he; ++bh) {
-        const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh);
-        const float *Q = q + qo, *K = k + qo, *V = v + qo;
+        const std::int64_t qo = L.q_offset(bh), ko = L.kv_offset(bh), oo = L.o_offset(bh);
+        const float *Q = q + qo, *K = k + ko, *V = v + ko;
         float* O = o + oo;
         for (std::int64_t r0 = 0; r0 < T; r0 += kRows) {
           const std::int64_t r1 = std::min(T, r0 + kRows), rows = r1 - r0;
@@ -325,13 +326,13 @@ struct CpuNn {
           // P rows [r0, r1): in the kept P, or in this chunk's scratch (fused)
           float* P = fused ? scratch.data() + static_cast<std::size_t>(c) * kRows * T
                            : aux + bh * T * T + r0 * T;
-          CpuGemm::gemm(false, true, rows, keys, D, 1.0f, Q + r0 * L.q_row, L.q_row, K, L.q_row,
+          CpuGemm::gemm(false, true, rows, keys, D, 1.0f, Q + r0 * L.q_row, L.q_row, K, L.kv_row,
                         0.0f, P, T);
           for (std::int64_t i = 0; i < rows; ++i) {
             const float lse = softmax_row(P + i * T, P + i * T, causal ? r0 + i + 1 : T, T, scale);
             if (fused) aux[bh * T + r0 + i] = lse;
           }
-          CpuGemm::gemm(false, false, rows, D, keys, 1.0f, P, T, V, L.q_row, 0.0f,
+          CpuGemm::gemm(false, false, rows, D, keys, 1.0f, P, T, V, L.kv_row, 0.0f,
                         O + r0 * L.o_row, L.o_row);
         }
       }
@@ -339,36 +340,39 @@ struct CpuNn {
   }
   // dv += P^T do;  dP = do v^T;  dS = P (dP - sum(dP P));  dq += scale dS k;  dk += scale dS^T q
   // (in the same row blocks: entries of P past the causal limit are 0 and contribute nothing).
-  // Fused: P's rows are first recomputed, P_ij = exp(scale q_i k_j - lse_i). dq, dk, dv use
-  // q's layout; dout uses o's.
+  // Fused: P's rows are first recomputed, P_ij = exp(scale q_i k_j - lse_i). dq uses q's
+  // layout, dk and dv k's, dout o's. The (batch, key/value head) pairs run in parallel; each
+  // walks its G query heads in order, so dk and dv sum over them in a fixed order (G = 1: one).
   // set_q/k/v: that gradient holds no values yet; it is zeroed here, then added into (dk and
-  // dv sum over the row blocks)
+  // dv sum over the row blocks and the group's heads)
   static void attention_backward(const AttentionLayout& L, float* dq, float* dk, float* dv,
                                  const float* dout, const float*, const float* q, const float* k,
                                  const float* v, const float* aux, float scale, bool causal,
                                  bool set_q = false, bool set_k = false, bool set_v = false) {
-    const std::int64_t T = L.T, D = L.D;
-    for (auto [d, set] : {std::pair<float*, bool>{dq, set_q}, {dk, set_k}, {dv, set_v}})
+    const std::int64_t T = L.T, D = L.D, KVH = L.KVH();
+    if (dq && set_q)
+      for (std::int64_t bh = 0; bh < L.B * L.H; ++bh)
+        for (std::int64_t t = 0; t < T; ++t) std::fill_n(dq + L.q_offset(bh) + t * L.q_row, D, 0.0f);
+    for (auto [d, set] : {std::pair<float*, bool>{dk, set_k}, {dv, set_v}})
       if (d && set)
-        for (std::int64_t bh = 0; bh < L.B * L.H; ++bh)
-          for (std::int64_t t = 0; t < T; ++t)
-            std::fill_n(d + L.q_offset(bh) + t * L.q_row, D, 0.0f);
+        for (std::int64_t bh = 0; bh < L.B * L.H; bh += L.G)  // the first head of each group
+          for (std::int64_t t = 0; t < T; ++t) std::fill_n(d + L.kv_offset(bh) + t * L.kv_row, D, 0.0f);
     const bool fused = attention_fused();
-    const int chunks = num_chunks(L.B * L.H, 1);
+    const int chunks = num_chunks(L.B * KVH, 1);
     const Scratch<float> scratch(attention_backward_scratch(L) / sizeof(float));
-    parallel_for_chunks(L.B * L.H, chunks, [&](int c, std::int64_t hb, std::int64_t he) {
+    parallel_for_chunks(L.B * KVH, chunks, [&](int c, std::int64_t gb, std::int64_t ge) {
       float* ds = scratch.data() + static_cast<std::size_t>(c) * (fused ? 2 : 1) * kRows * T;
       float* pr = ds + kRows * T;  // fused: the recomputed P rows
-      for (std::int64_t bh = hb; bh < he; ++bh) {
-        const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh);
+      for (std::int64_t bh = gb * L.G; bh < ge * L.G; ++bh) {  // a group's heads in order
+        const std::int64_t qo = L.q_offset(bh), ko = L.kv_offset(bh), oo = L.o_offset(bh);
         const float* dO = dout + oo;
         for (std::int64_t r0 = 0; r0 < T; r0 += kRows) {
           const std::int64_t r1 = std::min(T, r0 + kRows), rows = r1 - r0;
           const std::int64_t keys = causal ? r1 : T;
           const float* Pb = aux + bh * T * T + r0 * T;
           if (fused) {
-            CpuGemm::gemm(false, true, rows, keys, D, 1.0f, q + qo + r0 * L.q_row, L.q_row, k + qo,
-                          L.q_row, 0.0f, pr, T);
+            CpuGemm::gemm(false, true, rows, keys, D, 1.0f, q + qo + r0 * L.q_row, L.q_row, k + ko,
+                          L.kv_row, 0.0f, pr, T);
             for (std::int64_t i = 0; i < rows; ++i) {
               const std::int64_t valid = causal ? r0 + i + 1 : T;
               Arr R(pr + i * T, valid);
@@ -378,19 +382,19 @@ struct CpuNn {
             Pb = pr;
           }
           const float* dOb = dO + r0 * L.o_row;
-          if (dv) CpuGemm::gemm(true, false, keys, D, rows, 1.0f, Pb, T, dOb, L.o_row, 1.0f, dv + qo, L.q_row);
+          if (dv) CpuGemm::gemm(true, false, keys, D, rows, 1.0f, Pb, T, dOb, L.o_row, 1.0f, dv + ko, L.kv_row);
           if (!dq && !dk) continue;
-          CpuGemm::gemm(false, true, rows, keys, D, 1.0f, dOb, L.o_row, v + qo, L.q_row, 0.0f, ds, keys);
+          CpuGemm::gemm(false, true, rows, keys, D, 1.0f, dOb, L.o_row, v + ko, L.kv_row, 0.0f, ds, keys);
           for (std::int64_t i = 0; i < rows; ++i) {
             Arr S(ds + i * keys, keys);
             CArr Pr(Pb + i * T, keys);
             const float s = (S * Pr).sum();
             S = Pr * (S - s);
           }
-          if (dq) CpuGemm::gemm(false, false, rows, D, keys, scale, ds, keys, k + qo, L.q_row, 1.0f,
+          if (dq) CpuGemm::gemm(false, false, rows, D, keys, scale, ds, keys, k + ko, L.kv_row, 1.0f,
                                 dq + qo + r0 * L.q_row, L.q_row);
           if (dk) CpuGemm::gemm(true, false, keys, D, rows, scale, ds, keys, q + qo + r0 * L.q_row,
-                                L.q_row, 1.0f, dk + qo, L.q_row);
+                                L.q_row, 1.0f, dk + ko, L.kv_row);
         }
       }
     });
@@ -402,11 +406,11 @@ struct CpuNn {
     if (!attention_fused()) return 0;
     return static_cast<std::size_t>(num_chunks(L.B * L.H, 1) * kRows * L.T) * sizeof(float);
   }
-  /// Bytes of the dS rows attention_backward allocates (kRows x T per parallel chunk), and of
-  /// the recomputed P rows beside them when fused.
+  /// Bytes of the dS rows attention_backward allocates (kRows x T per parallel chunk of
+  /// (batch, key/value head) pairs), and of the recomputed P rows beside them when fused.
   static std::size_t attention_backward_scratch(const AttentionLayout& L) {
     const std::int64_t per_chunk = (attention_fused() ? 2 : 1) * kRows * L.T;
-    return static_cast<std::size_t>(num_chunks(L.B * L.H, 1) * per_chunk) * sizeof(float);
+    return static_cast<std::size_t>(num_chunks(L.B * L.KVH(), 1) * per_chunk) * sizeof(float);
   }
 
   /// Bytes of the per-row losses cross_entropy_forward sums (in doubles, serially).

@@ -67,20 +67,21 @@ __device__ inline void load_tile(float* tile, const float* base, std::int64_t st
   }
 }
 __device__ inline std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
-// Keys and values j0 .. j0 + kFlashTile (up to block_keys) of the (batch, head) at qo into ks and
-// vs, then a barrier: the whole block calls it. Returns how many of them a row of `keys` keys
-// takes (forward and dq walk the same tiles).
+// Keys and values j0 .. j0 + kFlashTile (up to block_keys) of the key/value head at ko into ks
+// and vs, then a barrier: the whole block calls it. Returns how many of them a row of `keys`
+// keys takes (forward and dq walk the same tiles).
 __device__ inline std::int64_t load_kv_tiles(float* ks, float* vs, const float* k, const float* v,
-                                             const AttentionLayout& L, std::int64_t qo,
+                                             const AttentionLayout& L, std::int64_t ko,
                                              std::int64_t j0, std::int64_t block_keys,
                                              std::int64_t keys) {
   const std::int64_t n = min64(kFlashTile, block_keys - j0);
-  load_tile(ks, k + qo, L.q_row, j0, n, L.D);
-  load_tile(vs, v + qo, L.q_row, j0, n, L.D);
+  load_tile(ks, k + ko, L.kv_row, j0, n, L.D);
+  load_tile(vs, v + ko, L.kv_row, j0, n, L.D);
   __syncthreads();
   return min64(n, keys - j0);
 }
-// The block's (batch x head) and first row: blocks run over bh, then over row groups.
+// The block's (batch x head) and first row: blocks run over bh, then over row groups (for
+// dk/dv, bh is a (batch x key/value head)).
 __device__ inline void flash_block(const AttentionLayout& L, std::int64_t& bh, std::int64_t& first) {
   const std::int64_t groups = (L.T + kFlashWarps - 1) / kFlashWarps;
   bh = blockIdx.x / groups;
@@ -94,7 +95,7 @@ __global__ void flash_forward_kernel(AttentionLayout L, float* o, float* lse, co
   const int lane = threadIdx.x % 32;
   std::int64_t bh = 0, i0 = 0;
   flash_block(L, bh, i0);
-  const std::int64_t i = i0 + threadIdx.x / 32, qo = L.q_offset(bh);
+  const std::int64_t i = i0 + threadIdx.x / 32, qo = L.q_offset(bh), ko = L.kv_offset(bh);
   const bool active = i < L.T;  // a warp past the last row still loads and synchronizes
   // keys of the block: those of its last row when causal; keys of this row
   const std::int64_t block_keys = causal ? min64(i0 + kFlashWarps, L.T) : L.T;
@@ -103,7 +104,7 @@ __global__ void flash_forward_kernel(AttentionLayout L, float* o, float* lse, co
   if (active) load_row(qi, q + qo + i * L.q_row, lane, L.D);
   float m = -INFINITY, l = 0.0f;
   for (std::int64_t j0 = 0; j0 < block_keys; j0 += kFlashTile) {
-    const std::int64_t mine = load_kv_tiles(ks, vs, k, v, L, qo, j0, block_keys, keys);
+    const std::int64_t mine = load_kv_tiles(ks, vs, k, v, L, ko, j0, block_keys, keys);
     for (std::int64_t jj = 0; jj < mine; ++jj) {
       const float s = scale * dot_row(qi, ks + jj * kFlashMaxD, lane, L.D);
       const float mn = fmaxf(m, s), c = expf(m - mn), e = expf(s - mn);
@@ -138,7 +139,7 @@ __global__ void flash_dq_kernel(AttentionLayout L, float* dq, float* delta, cons
   const int lane = threadIdx.x % 32;
   std::int64_t bh = 0, i0 = 0;
   flash_block(L, bh, i0);
-  const std::int64_t i = i0 + threadIdx.x / 32, qo = L.q_offset(bh);
+  const std::int64_t i = i0 + threadIdx.x / 32, qo = L.q_offset(bh), ko = L.kv_offset(bh);
   const bool active = i < L.T;
   const std::int64_t block_keys = causal ? min64(i0 + kFlashWarps, L.T) : L.T;
   const std::int64_t keys = !active ? 0 : causal ? i + 1 : L.T;
@@ -153,7 +154,7 @@ __global__ void flash_dq_kernel(AttentionLayout L, float* dq, float* delta, cons
   }
   if (!dq) return;  // the same for the whole block: no barrier is left waiting
   for (std::int64_t j0 = 0; j0 < block_keys; j0 += kFlashTile) {
-    const std::int64_t mine = load_kv_tiles(ks, vs, k, v, L, qo, j0, block_keys, keys);
+    const std::int64_t mine = load_kv_tiles(ks, vs, k, v, L, ko, j0, block_keys, keys);
     for (std::int64_t jj = 0; jj < mine; ++jj) {
       const float* kj = ks + jj * kFlashMaxD;
       const float p = expf(scale * dot_row(qi, kj, lane, L.D) - li);
@@ -175,8 +176,8 @@ REMAT_UNROLL
   }
 }
 // dk_j += scale sum_{i that see j} ds_ij q_i;  dv_j += sum_i p_ij dO_i
-// (a warp per key row; query rows, their output gradients, lse and delta in tiles; set_k,
-// set_v: written, not added into)
+// (a warp per key row of a key/value head; the G query heads that read it in order, each one's
+// query rows, output gradients, lse and delta in tiles; set_k, set_v: written, not added into)
 template <int = 0>
 __global__ void flash_dkdv_kernel(AttentionLayout L, float* dk, float* dv, const float* dout,
                                   const float* q, const float* k, const float* v, const float* lse,
@@ -185,57 +186,64 @@ __global__ void flash_dkdv_kernel(AttentionLayout L, float* dk, float* dv, const
   __shared__ float qs[kFlashTile * kFlashMaxD], gs[kFlashTile * kFlashMaxD];
   __shared__ float ls[kFlashTile], dls[kFlashTile];
   const int lane = threadIdx.x % 32;
-  std::int64_t bh = 0, j0 = 0;
-  flash_block(L, bh, j0);
-  const std::int64_t j = j0 + threadIdx.x / 32, qo = L.q_offset(bh), oo = L.o_offset(bh);
+  std::int64_t bkv = 0, j0 = 0;
+  flash_block(L, bkv, j0);
+  // the group's first query head, of B H
+  const std::int64_t bh0 = (bkv / L.KVH()) * L.H + (bkv % L.KVH()) * L.G;
+  const std::int64_t j = j0 + threadIdx.x / 32, ko = L.kv_offset(bh0);
   const bool active = j < L.T;
   float kj[kFlashPerLane] = {}, vj[kFlashPerLane] = {}, ak[kFlashPerLane] = {}, av[kFlashPerLane] = {};
   if (active) {
-    load_row(kj, k + qo + j * L.q_row, lane, L.D);
-    load_row(vj, v + qo + j * L.q_row, lane, L.D);
+    load_row(kj, k + ko + j * L.kv_row, lane, L.D);
+    load_row(vj, v + ko + j * L.kv_row, lane, L.D);
   }
-  // queries of the block: from its first key row on when causal (row j skips those below j)
-  for (std::int64_t i0 = causal ? j0 : 0; i0 < L.T; i0 += kFlashTile) {
-    const std::int64_t n = min64(kFlashTile, L.T - i0);
-    load_tile(qs, q + qo, L.q_row, i0, n, L.D);
-    load_tile(gs, dout + oo, L.o_row, i0, n, L.D);
-    for (std::int64_t e = threadIdx.x; e < n; e += blockDim.x) {
-      ls[e] = lse[bh * L.T + i0 + e];
-      dls[e] = delta[bh * L.T + i0 + e];
-    }
-    __syncthreads();
-    for (std::int64_t ii = active ? 0 : n; ii < n; ++ii) {
-      if (causal && i0 + ii < j) continue;
-      const float* qi = qs + ii * kFlashMaxD;
-      const float* gi = gs + ii * kFlashMaxD;
-      const float p = expf(scale * dot_row(kj, qi, lane, L.D) - ls[ii]);
-      const float ds = p * (dot_row(vj, gi, lane, L.D) - dls[ii]);
+  for (std::int64_t bh = bh0; bh < bh0 + L.G; ++bh) {
+    const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh);
+    // queries of the block: from its first key row on when causal (row j skips those below j)
+    for (std::int64_t i0 = causal ? j0 : 0; i0 < L.T; i0 += kFlashTile) {
+      const std::int64_t n = min64(kFlashTile, L.T - i0);
+      load_tile(qs, q + qo, L.q_row, i0, n, L.D);
+      load_tile(gs, dout + oo, L.o_row, i0, n, L.D);
+      for (std::int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+        ls[e] = lse[bh * L.T + i0 + e];
+        dls[e] = delta[bh * L.T + i0 + e];
+      }
+      __syncthreads();
+      for (std::int64_t ii = active ? 0 : n; ii < n; ++ii) {
+        if (causal && i0 + ii < j) continue;
+        const float* qi = qs + ii * kFlashMaxD;
+        const float* gi = gs + ii * kFlashMaxD;
+        const float p = expf(scale * dot_row(kj, qi, lane, L.D) - ls[ii]);
+        const float ds = p * (dot_row(vj, gi, lane, L.D) - dls[ii]);
 REMAT_UNROLL
-      for (int kk = 0; kk < kFlashPerLane; ++kk) {
-        const std::int64_t d = lane + 32 * kk;
-        if (d < L.D) {
-          ak[kk] += ds * qi[d];
-          av[kk] += p * gi[d];
+        for (int kk = 0; kk < kFlashPerLane; ++kk) {
+          const std::int64_t d = lane + 32 * kk;
+          if (d < L.D) {
+            ak[kk] += ds * qi[d];
+            av[kk] += p * gi[d];
+          }
         }
       }
+      __syncthreads();
     }
-    __syncthreads();
   }
   if (!active) return;
 REMAT_UNROLL
   for (int kk = 0; kk < kFlashPerLane; ++kk) {
     const std::int64_t d = lane + 32 * kk;
     if (d < L.D) {
-      const std::int64_t at = qo + j * L.q_row + d;
+      const std::int64_t at = ko + j * L.kv_row + d;
       if (dk) dk[at] = set_k ? scale * ak[kk] : dk[at] + scale * ak[kk];
       if (dv) dv[at] = set_v ? av[kk] : dv[at] + av[kk];
     }
   }
 }
 
-/// Blocks of the tiled kernels: kFlashWarps rows of one (batch, head) each.
-inline unsigned flash_blocks(const AttentionLayout& L) {
-  return static_cast<unsigned>(L.B * L.H * ((L.T + kFlashWarps - 1) / kFlashWarps));
+/// Blocks of the tiled kernels: kFlashWarps rows of one (batch, head) each; for dk/dv
+/// (`kv_heads`), of one (batch, key/value head).
+inline unsigned flash_blocks(const AttentionLayout& L, bool kv_heads = false) {
+  const std::int64_t heads = kv_heads ? L.KVH() : L.H;
+  return static_cast<unsigned>(L.B * heads * ((L.T + kFlashWarps - 1) / kFlashWarps));
 }
 
 }  // namespace cuda

@@ -55,11 +55,13 @@ inline bool mma_aligned(const void* p, std::int64_t batch, std::int64_t head, st
   return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && batch % 4 == 0 && head % 4 == 0 &&
          row % 4 == 0;
 }
-/// Blocks of the tensor-core kernels: 64 rows of one (batch, head) each.
-inline unsigned mma_blocks(const AttentionLayout& L) {
-  return static_cast<unsigned>(L.B * L.H * ((L.T + kMmaRows - 1) / kMmaRows));
+/// Blocks of the tensor-core kernels: 64 rows of one (batch, head) each; for dk/dv
+/// (`kv_heads`), of one (batch, key/value head).
+inline unsigned mma_blocks(const AttentionLayout& L, bool kv_heads = false) {
+  const std::int64_t heads = kv_heads ? L.KVH() : L.H;
+  return static_cast<unsigned>(L.B * heads * ((L.T + kMmaRows - 1) / kMmaRows));
 }
-// The block's (batch x head) and its first row.
+// The block's (batch x head), or (batch x key/value head) for dk/dv, and its first row.
 __device__ inline void mma_block(const AttentionLayout& L, std::int64_t& bh, std::int64_t& first) {
   const std::int64_t groups = (L.T + kMmaRows - 1) / kMmaRows;
   bh = blockIdx.x / groups;
@@ -81,7 +83,7 @@ __device__ inline void stream_tile(float* tile, const float* base, std::int64_t 
 }
 // The K/V pipeline of forward and dq (NOTE [tensor-core attention]): the key tiles a block of
 // query rows from `first_row` needs (when causal, those up to its last row), of one (batch,
-// head), into two buffers; keys at or past `keys` read as zero. The whole block calls start()
+// head's key/value head), into two buffers; keys at or past `keys` read as zero. The whole block calls start()
 // once, then arrive(it) for it < tiles at the top of each tile's turn: it starts copying tile
 // it + 1 into the other buffer, waits for tile it's own copies, synchronizes the block and
 // returns tile it's buffer. The caller synchronizes again after its work on the buffer, before
@@ -93,7 +95,7 @@ struct KvTiles {
   std::int64_t stride, keys, tiles;
   __device__ KvTiles(float (*kv_)[2][MmaTile<D>::floats], const float* k_, const float* v_,
                      const AttentionLayout& L, std::int64_t first_row, bool causal)
-      : kv(kv_), k(k_), v(v_), stride(L.q_row),
+      : kv(kv_), k(k_), v(v_), stride(L.kv_row),
         keys(causal ? min64(first_row + kMmaRows, L.T) : L.T),
         tiles((keys + MmaTile<D>::rows - 1) / MmaTile<D>::rows) {}
   __device__ void load(int buf, std::int64_t first) const {
@@ -225,12 +227,12 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   std::int64_t bh = 0, i0 = 0;
   mma_block(L, bh, i0);
-  const std::int64_t qo = L.q_offset(bh), r0 = i0 + 16 * (threadIdx.x / 32);
+  const std::int64_t qo = L.q_offset(bh), ko = L.kv_offset(bh), r0 = i0 + 16 * (threadIdx.x / 32);
   std::uint32_t qa[D / 8][4];
   load_a_rows<D>(qa, q + qo, L.q_row, r0, L.T);
   float acc[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (l: this lane's part)
-  const KvTiles<D> kt(kv, k + qo, v + qo, L, i0, causal);
+  const KvTiles<D> kt(kv, k + ko, v + ko, L, i0, causal);
   kt.start();
   for (std::int64_t it = 0; it < kt.tiles; ++it) {
     const int buf = kt.arrive(it);
@@ -293,7 +295,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   std::int64_t bh = 0, i0 = 0;
   mma_block(L, bh, i0);
-  const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh), r0 = i0 + 16 * (threadIdx.x / 32);
+  const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh), ko = L.kv_offset(bh);
+  const std::int64_t r0 = i0 + 16 * (threadIdx.x / 32);
   float dl[2], ls[2];
   for (int h = 0; h < 2; ++h) {  // lane t sums the columns t, t + 4, ...; then the row's 4 lanes
     const std::int64_t row = r0 + g + 8 * h;
@@ -309,7 +312,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   load_a_rows<D>(qa, q + qo, L.q_row, r0, L.T);
   load_a_rows<D>(ga, dout + oo, L.o_row, r0, L.T);
   float acc[D / 8][4] = {};
-  const KvTiles<D> kt(kv, k + qo, v + qo, L, i0, causal);
+  const KvTiles<D> kt(kv, k + ko, v + ko, L, i0, causal);
   kt.start();
   for (std::int64_t it = 0; it < kt.tiles; ++it) {
     const int buf = kt.arrive(it);
@@ -333,8 +336,9 @@ REMAT_UNROLL
   store_rows<D>(dq + qo, L.q_row, r0, L.T, acc, scale, set);
 }
 
-// dk (+)= scale dS^T Q, dv (+)= P^T dO for the block's 64 keys, over the query tiles from the
-// block's first key on (causal) or from 0. set_k, set_v: written, not added into.
+// dk (+)= scale dS^T Q, dv (+)= P^T dO for the block's 64 keys of a key/value head, over the
+// query tiles from the block's first key on (causal) or from 0, of each of the G query heads
+// that read it, in head order (one pipeline over G x tiles). set_k, set_v: written, not added.
 template <int D>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     flash_mma_dkdv_kernel(AttentionLayout L, float* dk, float* dv, const float* dout,
@@ -344,32 +348,39 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   __shared__ __align__(16) float qg[2][2][MmaTile<D>::floats];  // [buffer][Q, dO]
   __shared__ float stats[2][2][R];                               // [buffer][lse, delta]
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  std::int64_t bh = 0, j0 = 0;
-  mma_block(L, bh, j0);
-  const std::int64_t qo = L.q_offset(bh), oo = L.o_offset(bh), c0 = j0 + 16 * (threadIdx.x / 32);
+  std::int64_t bkv = 0, j0 = 0;
+  mma_block(L, bkv, j0);
+  // the group's first query head, of B H
+  const std::int64_t bh0 = (bkv / L.KVH()) * L.H + (bkv % L.KVH()) * L.G;
+  const std::int64_t ko = L.kv_offset(bh0), c0 = j0 + 16 * (threadIdx.x / 32);
   std::uint32_t ka[D / 8][4], va[D / 8][4];
-  load_a_rows<D>(ka, k + qo, L.q_row, c0, L.T);
-  load_a_rows<D>(va, v + qo, L.q_row, c0, L.T);
+  load_a_rows<D>(ka, k + ko, L.kv_row, c0, L.T);
+  load_a_rows<D>(va, v + ko, L.kv_row, c0, L.T);
   float dka[D / 8][4] = {}, dva[D / 8][4] = {};
-  const std::int64_t first = causal ? j0 : 0, tiles = (L.T - first + R - 1) / R;
-  auto load = [&](int buf, std::int64_t i0) {  // the query tile from row i0 into buffer buf
-    stream_tile<D>(qg[buf][0], q + qo, L.q_row, i0, L.T);
-    stream_tile<D>(qg[buf][1], dout + oo, L.o_row, i0, L.T);
+  const std::int64_t first = causal ? j0 : 0, per_head = (L.T - first + R - 1) / R;
+  const std::int64_t tiles = per_head * L.G;
+  // tile it: query head bh0 + it / per_head, its query rows from first + (it % per_head) R
+  auto head = [&](std::int64_t it) { return bh0 + it / per_head; };
+  auto row0 = [&](std::int64_t it) { return first + (it % per_head) * R; };
+  auto load = [&](int buf, std::int64_t it) {  // tile it into buffer buf
+    const std::int64_t bh = head(it), i0 = row0(it);
+    stream_tile<D>(qg[buf][0], q + L.q_offset(bh), L.q_row, i0, L.T);
+    stream_tile<D>(qg[buf][1], dout + L.o_offset(bh), L.o_row, i0, L.T);
     for (int e = threadIdx.x; e < R; e += blockDim.x) {
       const bool ok = i0 + e < L.T;
       stats[buf][0][e] = ok ? lse[bh * L.T + i0 + e] : 0.0f;
       stats[buf][1][e] = ok ? delta[bh * L.T + i0 + e] : 0.0f;
     }
   };
-  load(0, first);
+  load(0, 0);
   cp_async_commit();
   for (std::int64_t it = 0; it < tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
-    if (it + 1 < tiles) load(buf ^ 1, first + (it + 1) * R);
+    if (it + 1 < tiles) load(buf ^ 1, it + 1);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const std::int64_t i0 = first + it * R;
+    const std::int64_t i0 = row0(it);
     if (!causal || i0 + R - 1 >= c0) {  // a query of the tile sees one of the warp's keys
       float st[R / 8][4], dpt[R / 8][4];
       rows_times_tile<D>(st, ka, qg[buf][0]);   // S^T = K Q^T
@@ -389,8 +400,8 @@ REMAT_UNROLL
     }
     __syncthreads();
   }
-  if (dk) store_rows<D>(dk + qo, L.q_row, c0, L.T, dka, scale, set_k);
-  if (dv) store_rows<D>(dv + qo, L.q_row, c0, L.T, dva, 1.0f, set_v);
+  if (dk) store_rows<D>(dk + ko, L.kv_row, c0, L.T, dka, scale, set_k);
+  if (dv) store_rows<D>(dv + ko, L.kv_row, c0, L.T, dva, 1.0f, set_v);
 }
 
 }  // namespace cuda

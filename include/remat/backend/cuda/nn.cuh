@@ -693,8 +693,8 @@ struct CudaNn {
   static bool mma_fits(const AttentionLayout& L, const float* q, const float* k, const float* v) {
     return Context::get().mma_attention() && mma_head_size(L.D) &&
            mma_aligned(q, L.q_batch, L.q_head, L.q_row) &&
-           mma_aligned(k, L.q_batch, L.q_head, L.q_row) &&
-           mma_aligned(v, L.q_batch, L.q_head, L.q_row);
+           mma_aligned(k, L.kv_batch, L.kv_head, L.kv_row) &&
+           mma_aligned(v, L.kv_batch, L.kv_head, L.kv_row);
   }
   static void attention_forward(const AttentionLayout& L, float* o, float* p, const float* q,
                                 const float* k, const float* v, float scale, bool causal) {
@@ -713,15 +713,23 @@ struct CudaNn {
                         L, o, p, q, k, v, scale, causal);
       return;
     }
-    for (std::int64_t b = 0; b < L.B; ++b) {  // the heads of one batch row in one batched GEMM
-      const std::int64_t qo = b * L.q_batch, oo = b * L.o_batch;
+    // A batch row's heads in G batched GEMMs: the g-th of each group (heads g, G + g, ...)
+    // with the key/value heads in order (G = 1: all heads in one)
+    const std::int64_t G = L.G, KVH = L.KVH();
+    for (std::int64_t b = 0; b < L.B; ++b) {
       float* P = p + b * L.H * TT;
-      CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, q + qo, L.q_row, L.q_head, k + qo, L.q_row,
-                             L.q_head, 0.0f, P, T, TT, L.H);
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::int64_t qo = b * L.q_batch + g * L.q_head, ko = b * L.kv_batch;
+        CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, q + qo, L.q_row, G * L.q_head, k + ko,
+                               L.kv_row, L.kv_head, 0.0f, P + g * TT, T, G * TT, KVH);
+      }
       REMAT_CUDA_LAUNCH(softmax_kernel<>, static_cast<unsigned>(L.H * T), kRowThreads, 0, s(),
                         P, P, T, scale, causal ? T : 0);
-      CudaGemm::gemm_batched(false, false, T, D, T, 1.0f, P, T, TT, v + qo, L.q_row, L.q_head, 0.0f,
-                             o + oo, L.o_row, L.o_head, L.H);
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::int64_t oo = b * L.o_batch + g * L.o_head, ko = b * L.kv_batch;
+        CudaGemm::gemm_batched(false, false, T, D, T, 1.0f, P + g * TT, T, G * TT, v + ko, L.kv_row,
+                               L.kv_head, 0.0f, o + oo, L.o_row, G * L.o_head, KVH);
+      }
     }
   }
   // set_q/k/v: that gradient holds no values yet and is written, not added into
@@ -738,42 +746,53 @@ struct CudaNn {
         if (D == 64) {
           REMAT_CUDA_LAUNCH(flash_mma_dq_kernel<64>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
                             L, dq, delta, dout, o, q, k, v, p, scale, causal, set_q);
-          if (dk || dv) REMAT_CUDA_LAUNCH(flash_mma_dkdv_kernel<64>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
+          if (dk || dv) REMAT_CUDA_LAUNCH(flash_mma_dkdv_kernel<64>, mma_blocks(L, true), 32 * kMmaWarps, 0, s(),
                             L, dk, dv, dout, q, k, v, p, delta, scale, causal, set_k, set_v);
         } else {
           REMAT_CUDA_LAUNCH(flash_mma_dq_kernel<128>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
                             L, dq, delta, dout, o, q, k, v, p, scale, causal, set_q);
-          if (dk || dv) REMAT_CUDA_LAUNCH(flash_mma_dkdv_kernel<128>, mma_blocks(L), 32 * kMmaWarps, 0, s(),
+          if (dk || dv) REMAT_CUDA_LAUNCH(flash_mma_dkdv_kernel<128>, mma_blocks(L, true), 32 * kMmaWarps, 0, s(),
                             L, dk, dv, dout, q, k, v, p, delta, scale, causal, set_k, set_v);
         }
         return;
       }
       REMAT_CUDA_LAUNCH(flash_dq_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
                         L, dq, delta, dout, o, q, k, v, p, scale, causal, set_q);
-      if (dk || dv) REMAT_CUDA_LAUNCH(flash_dkdv_kernel<>, flash_blocks(L), 32 * kFlashWarps, 0, s(),
+      if (dk || dv) REMAT_CUDA_LAUNCH(flash_dkdv_kernel<>, flash_blocks(L, true), 32 * kFlashWarps, 0, s(),
                         L, dk, dv, dout, q, k, v, p, delta, scale, causal, set_k, set_v);
       return;
     }
+    // as in forward, G batched GEMMs per product: the g-th head of every group at once; dk and
+    // dv add the group's heads in order (the first writes when set)
     const Scratch scratch(CudaSizes::attention_backward_scratch(L));  // H T T floats
     float* ds = scratch.as<float>();
+    const std::int64_t G = L.G, KVH = L.KVH();
     for (std::int64_t b = 0; b < L.B; ++b) {
-      const std::int64_t qo = b * L.q_batch, oo = b * L.o_batch;
+      const std::int64_t ko = b * L.kv_batch;
       const float* P = p + b * L.H * TT;
-      if (dv)
-        CudaGemm::gemm_batched(true, false, T, D, T, 1.0f, P, T, TT, dout + oo, L.o_row, L.o_head,
-                               set_v ? 0.0f : 1.0f, dv + qo, L.q_row, L.q_head, L.H);
+      for (std::int64_t g = 0; g < G && dv; ++g)
+        CudaGemm::gemm_batched(true, false, T, D, T, 1.0f, P + g * TT, T, G * TT,
+                               dout + b * L.o_batch + g * L.o_head, L.o_row, G * L.o_head,
+                               set_v && g == 0 ? 0.0f : 1.0f, dv + ko, L.kv_row, L.kv_head, KVH);
       if (!dq && !dk) continue;
-      CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, dout + oo, L.o_row, L.o_head, v + qo,
-                             L.q_row, L.q_head, 0.0f, ds, T, TT, L.H);
+      for (std::int64_t g = 0; g < G; ++g)
+        CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, dout + b * L.o_batch + g * L.o_head,
+                               L.o_row, G * L.o_head, v + ko, L.kv_row, L.kv_head, 0.0f, ds + g * TT,
+                               T, G * TT, KVH);
       REMAT_CUDA_LAUNCH(softmax_backward_kernel<>, static_cast<unsigned>(L.H * T),
                         kRowThreads, 0, s(),
                         ds, P, ds, T, true);
-      if (dq)
-        CudaGemm::gemm_batched(false, false, T, D, T, scale, ds, T, TT, k + qo, L.q_row, L.q_head,
-                               set_q ? 0.0f : 1.0f, dq + qo, L.q_row, L.q_head, L.H);
-      if (dk)
-        CudaGemm::gemm_batched(true, false, T, D, T, scale, ds, T, TT, q + qo, L.q_row, L.q_head,
-                               set_k ? 0.0f : 1.0f, dk + qo, L.q_row, L.q_head, L.H);
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::int64_t qo = b * L.q_batch + g * L.q_head;
+        if (dq)
+          CudaGemm::gemm_batched(false, false, T, D, T, scale, ds + g * TT, T, G * TT, k + ko,
+                                 L.kv_row, L.kv_head, set_q ? 0.0f : 1.0f, dq + qo, L.q_row,
+                                 G * L.q_head, KVH);
+        if (dk)
+          CudaGemm::gemm_batched(true, false, T, D, T, scale, ds + g * TT, T, G * TT, q + qo,
+                                 L.q_row, G * L.q_head, set_k && g == 0 ? 0.0f : 1.0f, dk + ko,
+                                 L.kv_row, L.kv_head, KVH);
+      }
     }
   }
 };

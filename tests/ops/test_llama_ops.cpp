@@ -2,7 +2,9 @@
 // The Llama-family ops' values (their gradients, estimates, checkpointing and CUDA twins are
 // op cases: support/op_cases.hpp): rotary embeddings against Hugging Face's formulas written
 // here in double (rotate_half; rope_theta; Llama 3's rope_scaling bands), SwiGLU against
-// silu(a) * b, and their errors.
+// silu(a) * b, grouped-query attention against multi-head attention over repeated key/value
+// heads (Hugging Face's repeat_kv), and their errors.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -112,4 +114,92 @@ TEST_CASE("rope and swiglu errors say what, where and what was expected", "[ops]
   require_error([&] { (void)swiglu(tape.zeros({2, 3}), tape.zeros({2, 4})); },
                 {"remat::swiglu", "[2, 3]", "[2, 4]", "one shape"});
   require_error([&] { (void)swiglu(tape.zeros({2, 5})); }, {"remat::swiglu", "[2, 5]", "[..., 2F]"});
+}
+
+namespace {
+
+// x [B, T, heads, D] as [B, heads * R, T, D], each head repeated R times in a row (Hugging
+// Face's repeat_kv after the transpose)
+std::vector<float> heads_first(const std::vector<float>& x, std::int64_t B, std::int64_t T,
+                               std::int64_t heads, std::int64_t D, std::int64_t R) {
+  std::vector<float> y(x.size() * static_cast<std::size_t>(R));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < heads * R; ++h)
+      for (std::int64_t t = 0; t < T; ++t)
+        std::copy_n(x.begin() + ((b * T + t) * heads + h / R) * D, D,
+                    y.begin() + ((b * heads * R + h) * T + t) * D);
+  return y;
+}
+// the gradient of heads_first: each [B, heads R, T, D] head added back into its source head
+std::vector<float> heads_first_grad(const std::vector<float>& g, std::int64_t B, std::int64_t T,
+                                    std::int64_t heads, std::int64_t D, std::int64_t R) {
+  std::vector<float> x(g.size() / static_cast<std::size_t>(R), 0.0f);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < heads * R; ++h)
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t d = 0; d < D; ++d)
+          x[static_cast<std::size_t>(((b * T + t) * heads + h / R) * D + d)] +=
+              g[static_cast<std::size_t>(((b * heads * R + h) * T + t) * D + d)];
+  return x;
+}
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double w = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) w = std::max(w, std::fabs(double(a[i]) - double(b[i])));
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("grouped_attention is attention over repeated key/value heads, on both CPU paths",
+          "[ops][attention][gqa]") {
+  // 6 query heads on 3, 2 and 1 key/value heads (G 2, 3, 6) and on 6 (G 1), causal or not
+  const std::int64_t Bn = 2, Tn = 70, H = 6, D = 8;  // 70: two of the CPU's 64-row blocks
+  for (const auto path : {cpu::AttentionPath::fused, cpu::AttentionPath::materialized})
+    for (const std::int64_t KVH : {3, 2, 1, 6})
+      for (const bool causal : {true, false}) {
+        Cpu::set_attention_path(path);
+        INFO("kv heads " << KVH << (causal ? ", causal" : ", full")
+                         << (path == cpu::AttentionPath::fused ? ", fused" : ", materialized"));
+        const std::int64_t R = H / KVH;
+        Tape<Cpu> tape;
+        const Tensor<Cpu> q = tape.randn({Bn, Tn, H, D}, 1.0f, 1, true);
+        const Tensor<Cpu> k = tape.randn({Bn, Tn, KVH, D}, 1.0f, 2, true);
+        const Tensor<Cpu> v = tape.randn({Bn, Tn, KVH, D}, 1.0f, 3, true);
+        const Tensor<Cpu> o = grouped_attention(q, k, v, causal);
+        REQUIRE(o.shape() == Shape{Bn, Tn, H, D});
+        const Tensor<Cpu> g = tape.randn(o.shape(), 1.0f, 4);
+        tape.backward(o, g);
+        // the reference: [B, H, T, D] copies, k and v repeated, through attention()
+        auto leaf = [&](const Tensor<Cpu>& x, std::int64_t heads, std::int64_t r) {
+          Tensor<Cpu> t = tape.input({Bn, heads * r, Tn, D}, heads_first(x.to_vector(), Bn, Tn, heads, D, r));
+          t.set_requires_grad(true);
+          return t;
+        };
+        const Tensor<Cpu> qr = leaf(q, H, 1), kr = leaf(k, KVH, R), vr = leaf(v, KVH, R);
+        const Tensor<Cpu> orf = attention(qr, kr, vr, causal);
+        tape.backward(orf, tape.input(orf.shape(), heads_first(g.to_vector(), Bn, Tn, H, D, 1)));
+        CHECK(max_abs_diff(heads_first(o.to_vector(), Bn, Tn, H, D, 1), orf.to_vector()) < 1e-5);
+        CHECK(max_abs_diff(q.grad().to_vector(), heads_first_grad(qr.grad().to_vector(), Bn, Tn, H, D, 1)) < 1e-5);
+        CHECK(max_abs_diff(k.grad().to_vector(), heads_first_grad(kr.grad().to_vector(), Bn, Tn, KVH, D, R)) < 1e-5);
+        CHECK(max_abs_diff(v.grad().to_vector(), heads_first_grad(vr.grad().to_vector(), Bn, Tn, KVH, D, R)) < 1e-5);
+      }
+  Cpu::set_attention_path(cpu::AttentionPath::from_env);
+}
+
+TEST_CASE("grouped_attention errors say what, where and what was expected", "[ops][attention][gqa]") {
+  Tape<Cpu> tape;
+  require_error([&] { (void)grouped_attention(tape.zeros({1, 4, 6, 8}), tape.zeros({1, 4, 4, 8}), tape.zeros({1, 4, 4, 8})); },
+                {"remat::grouped_attention", "[1, 4, 6, 8]", "[1, 4, 4, 8]", "H a multiple of KVH"});
+  require_error([&] { (void)grouped_attention(tape.zeros({4, 6, 8}), tape.zeros({4, 6, 8}), tape.zeros({4, 6, 8})); },
+                {"remat::grouped_attention", "[4, 6, 8]", "q [B, T, H, D]"});
+  require_error([&] { (void)grouped_attention(tape.zeros({1, 4, 2, 8}), tape.zeros({1, 4, 1, 4}), tape.zeros({1, 4, 1, 4})); },
+                {"remat::grouped_attention", "[1, 4, 1, 4]"});
+  require_error([&] { (void)grouped_attention(tape.zeros({1, 4, 2, 8}), tape.zeros({1, 5, 1, 8}), tape.zeros({1, 5, 1, 8})); },
+                {"remat::grouped_attention", "[1, 5, 1, 8]"});
+  require_error([&] { (void)grouped_attention(tape.zeros({1, 4, 2, 8}), tape.zeros({1, 4, 1, 8}), tape.zeros({1, 4, 2, 8})); },
+                {"remat::grouped_attention", "v is [1, 4, 2, 8]"});
+  require_error([&] {
+    (void)grouped_attention(tape.zeros({1, 4, 2, 8}), to_dtype(tape.zeros({1, 4, 1, 8}), DType::bf16), tape.zeros({1, 4, 1, 8}));
+  }, {"remat::grouped_attention", "bf16", "one element type"});
 }
