@@ -7,7 +7,9 @@
 // 128256, tied, Llama 3 rope scaling); the weights are drawn (N(0, 0.02)), not read.
 //
 //   OMP_NUM_THREADS=1 build/benchmarks/llama_step --shape smollm2-135m --seq 1024 --batch 1
-//                     --steps 10 --warmup 2 --threads 1 --checkpoint none,block
+//                     --steps 10 --warmup 2 --threads 1 --checkpoint none,block,budget:1.2GiB
+// A budget:SIZE (or auto) strategy is planned first (nn::plan_checkpoint, nn/llama_plan.hpp,
+// bounding the process's growth); its line adds the budget and the planned, certified peak.
 
 #include <cstdio>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <remat/nn/llama_plan.hpp>
 #include <remat/remat.hpp>
 
 #include "harness.hpp"
@@ -54,7 +57,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps (the median is reported)");
   app.add_option("--warmup", warmup);
   app.add_option("--threads", threads);
-  app.add_option("--checkpoint", strategies, "comma-separated fixed strategies");
+  app.add_option("--checkpoint", strategies, "comma-separated strategies (fixed, budget:SIZE, auto)");
   app.add_option("--optimizer", optimizer, "sgd or adamw");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -65,6 +68,17 @@ int main(int argc, char** argv) {
     std::stringstream list(strategies);
     for (std::string s; std::getline(list, s, ',');) {
       c.checkpoint = nn::CheckpointStrategy::parse(s);
+      std::int64_t budget = 0, certified = 0, process = 0;
+      double plan_s = 0;
+      if (c.checkpoint.planned()) {
+        StepOptions so;
+        so.optimizer = optimizer;  // SGD without momentum, or AdamW: the step below
+        const nn::CheckpointPlan cp = nn::resolve_checkpoint<Cpu>(c, batch, seq, so);
+        c.checkpoint = cp.strategy;
+        budget = cp.budget, certified = cp.peak(), process = cp.process_peak(), plan_s = cp.plan_s;
+        std::fprintf(stderr, "%s: %s (%.2f s to plan)\n%s", s.c_str(), cp.summary().c_str(), cp.plan_s,
+                     cp.table().c_str());
+      }
       Tape<Cpu> tape(1);
       nn::Llama<Cpu> model(tape, c);
       const auto params = model.parameters();
@@ -81,27 +95,32 @@ int main(int argc, char** argv) {
       std::vector<double> times;
       float loss = 0.0f;
       reset_peak_memory<Cpu>();
+      // the measured steps' span on the monotonic clock (benchmarks/profile_step.py keeps only
+      // the samples inside it)
+      double measured_from = 0.0, measured_until = 0.0;
       for (int i = 0; i < warmup + steps; ++i) {
         const double t0 = remat_bench::now_s();
-        const Tensor<Cpu> l = model.loss(ids, tgt);
-        tape.backward(l);
-        if (adamw) adamw->step(), adamw->zero_grad();
-        else sgd->step(), sgd->zero_grad();
-        loss = l.item();
+        if (i == warmup) measured_from = t0;
+        loss = (adamw ? nn::train_lm_step(model, *adamw, ids, tgt) : nn::train_lm_step(model, *sgd, ids, tgt)).item();
         if (i >= warmup) times.push_back(remat_bench::now_s() - t0);
+        measured_until = remat_bench::now_s();
       }
       const auto t = remat_bench::summarize(times);
       const MemoryStats m = memory_stats<Cpu>();
       std::printf("{\"bench\":\"llama_step\",\"shape\":\"%s\",\"layers\":%lld,\"seq\":%d,\"batch\":%d,"
                   "\"threads\":%d,\"optimizer\":\"%s\",\"checkpoint\":\"%s\",\"parameters\":%lld,"
-                  "\"loss\":%.6f,\"steps\":%d,\"step_s_median\":%.4f,\"step_s_min\":%.4f,\"step_s_max\":%.4f,"
+                  "\"loss\":%.6f,\"steps\":%d,\"step_s\":%.4f,\"step_s_median\":%.4f,\"step_s_min\":%.4f,\"step_s_max\":%.4f,"
                   "\"peak_bytes\":%lld,\"peak_activation_bytes\":%lld,\"rss_growth_bytes\":%lld,"
-                  "\"rss_hwm_bytes\":%lld,\"libs\":%s}\n",
+                  "\"rss_hwm_bytes\":%lld,\"budget_bytes\":%lld,\"certified_peak_bytes\":%lld,"
+                  "\"planned_process_bytes\":%lld,\"plan_s\":%.3f,\"measured_from_s\":%.6f,"
+                  "\"measured_until_s\":%.6f,\"libs\":%s}\n",
                   shape.c_str(), static_cast<long long>(c.num_layers), seq, batch, threads, optimizer.c_str(),
-                  s.c_str(), static_cast<long long>(model.num_parameters()), loss, steps, t.median, t.min, t.max,
+                  s.c_str(), static_cast<long long>(model.num_parameters()), loss, steps, t.median, t.median, t.min, t.max,
                   static_cast<long long>(m.peak_total), static_cast<long long>(m.peak_of(Category::activations)),
                   static_cast<long long>(remat_bench::rss_bytes("VmHWM") - rss0),
-                  static_cast<long long>(remat_bench::rss_bytes("VmHWM")), remat_bench::loaded_libs_json().c_str());
+                  static_cast<long long>(remat_bench::rss_bytes("VmHWM")), static_cast<long long>(budget),
+                  static_cast<long long>(certified), static_cast<long long>(process), plan_s, measured_from,
+                  measured_until, remat_bench::loaded_libs_json().c_str());
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {

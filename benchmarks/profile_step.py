@@ -1,4 +1,5 @@
-"""Where a training step's CPU time goes: a per-op profile of `gpt_step` with perf.
+"""Where a training step's CPU time goes: a per-op profile of `gpt_step` (or, with --llama,
+`llama_step`) with perf.
 
 Samples build/benchmarks/gpt_step under `perf record -e cpu-clock` (a software clock, so it
 works in VMs without hardware counters), reads the samples with `perf script`, and
@@ -12,6 +13,8 @@ records its samples on that clock (-k CLOCK_MONOTONIC).
 Run from the repo root (perf from Debian's linux-perf; needs perf_event_paranoid <= 1 or root):
     /usr/bin/python3 benchmarks/profile_step.py --threads 1 --checkpoint none \
         --layers 12 --d 768 --heads 12 --vocab 50257 --seq 1024 --batch 1 --steps 12 --warmup 2
+    /usr/bin/python3 benchmarks/profile_step.py --llama smollm2-135m --threads 1 --checkpoint none \
+        --seq 1024 --batch 1 --steps 10 --warmup 2
 Prints a markdown table (category, share of samples, top symbols); --out FILE also writes it.
 """
 import argparse
@@ -32,6 +35,9 @@ CATEGORIES = [
     ("GEMM (OpenBLAS)", r"openblas|sgemm|gemm_kernel"),
     ("attention (fused kernel, its own loops)", r"attention|flash|causal"),
     ("softmax", r"softmax"),
+    ("RMSNorm", r"rms_norm"),
+    ("rotary embeddings", r"rope|rotary"),
+    ("SwiGLU", r"swiglu|silu"),
     ("layer norm", r"layer_norm"),
     ("GELU", r"gelu"),
     ("cross-entropy", r"cross_entropy"),
@@ -64,14 +70,25 @@ def short(sym, width=70):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default="build/benchmarks/gpt_step")
+    ap.add_argument("--bin", default=None, help="the benchmark (default: gpt_step, or llama_step)")
+    ap.add_argument("--llama", metavar="SHAPE",
+                    help="profile llama_step at a preset (smollm2-135m, llama-3.2-1b); the GPT "
+                         "shape flags but --seq --batch --steps --warmup are then unused")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--checkpoint", default="none")
     add_shape_args(ap, warmup=2)
     ap.add_argument("--out", help="also write the markdown here")
     args = ap.parse_args()
 
-    flags = shape_flags(args) + ["--threads", str(args.threads), "--checkpoint", args.checkpoint]
+    if args.llama:
+        args.bin = args.bin or "build/benchmarks/llama_step"
+        flags = ["--shape", args.llama]
+        for name in ("seq", "batch", "steps", "warmup"):
+            flags += ["--" + name, str(getattr(args, name))]
+    else:
+        args.bin = args.bin or "build/benchmarks/gpt_step"
+        flags = shape_flags(args)
+    flags += ["--threads", str(args.threads), "--checkpoint", args.checkpoint]
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "perf.data")
@@ -94,7 +111,7 @@ def main():
             sys.exit("error: perf script failed")
     step = [l for l in run.stdout.splitlines() if l.startswith("{")]
     if not step:
-        sys.exit("error: no JSON line from gpt_step")
+        sys.exit("error: no JSON line from " + os.path.basename(args.bin))
     info = json.loads(step[-1])
     lo, hi = info["measured_from_s"], info["measured_until_s"]
     # One line per sample: "   1234.567890:  7f4b2329b378 symbol (/path/to/dso)".

@@ -22,6 +22,8 @@ struct Flags {
   float min_lr = 0.0f;
   float temperature = 1.0f, bucket_mib = 25.0f;
   std::uint64_t seed = 1337;
+  std::string model;  // gpt or llama; "": from --init-from's config.json, else gpt
+  int kv_heads = 0, ffn = 0;  // the Llama family: key/value heads (0: --heads), SwiGLU width (0: 8d/3 rounded up to 64)
   std::string optimizer = "adamw", checkpoint = "none", data, init_from, save, snapshot_path,
               resume, prompt = "The ", device = "cpu", memory_limit, tokenizer;
   std::string precision = "fp32";  // or bf16: what the blocks and the head compute in

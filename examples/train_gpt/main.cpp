@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
-// train_gpt: trains a GPT-2-style model from the command line, with activation checkpointing.
+// train_gpt: trains a GPT-2-style or a Llama-family model (Llama 3, Qwen 2/3, SmolLM2) from the
+// command line, with activation checkpointing.
 //   build/examples/train_gpt --layers 4 --d 128 --steps 100 --checkpoint block
+//   build/examples/train_gpt --init-from SmolLM2-135M/ --tokenizer SmolLM2-135M/ --data my.txt
+//                            --checkpoint budget:2GiB --save tuned/ --sample 40
+//   build/examples/train_gpt --model llama --layers 4 --d 128 --heads 4 --kv-heads 2
 //   build/examples/train_gpt --init-from model.safetensors --data train.bin --optimizer sgd
 //   build/examples/train_gpt --init-from model.safetensors --tokenizer gpt2/ --data my.txt --sample 50
 //   mpirun -np 2 build/examples/train_gpt --batch 4 --global-batch 16 --checkpoint block
@@ -66,9 +70,16 @@ int train_on(const Flags& f, const CLI::App& app, dist::Comm& comm) {
 
 // The flags (their checks: flags.hpp), in the order --help lists them.
 void add_options(CLI::App& app, Flags& f) {
+  app.add_option("--model", f.model, "gpt (GPT-2) or llama (the Llama family: Llama 3, Qwen 2/3, "
+                 "SmolLM2); default: what --init-from's config.json says, else gpt")
+      ->check(CLI::IsMember({"gpt", "llama"}));
   app.add_option("--layers", f.layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d", f.d, "model width")->check(CLI::PositiveNumber);
   app.add_option("--heads", f.heads, "attention heads (default: as the --init-from file records, else d/64)")->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-heads", f.kv_heads, "key/value heads of a new Llama-family model (grouped-query "
+                 "attention; default: --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--ffn", f.ffn, "SwiGLU width of a new Llama-family model (default: 8d/3 rounded up to "
+                 "a multiple of 64)")->check(CLI::PositiveNumber);
   app.add_option("--seq", f.seq, "sequence length")->check(CLI::PositiveNumber);
   app.add_option("--vocab", f.vocab, "vocabulary size (256 for raw text)")->check(CLI::PositiveNumber);
   app.add_option("--vocab-multiple", f.vocab_multiple,
@@ -127,11 +138,13 @@ void add_options(CLI::App& app, Flags& f) {
                "plan budgets from FLOP counts instead of timing a block first");
   app.add_option("--data", f.data, "a text file (bytes, or GPT-2 ids with --tokenizer), an llm.c .bin "
                  "file, or - for standard input; none: built-in text");
-  app.add_option("--tokenizer", f.tokenizer, "GPT-2's tokenizer: a directory with encoder.json + "
-                 "vocab.bpe, vocab.json + merges.txt, or tokenizer.json; text data, --prompt and "
-                 "--sample are then GPT-2 tokens");
-  app.add_option("--init-from", f.init_from, "GPT-2 weights (Hugging Face safetensors layout)");
-  app.add_option("--save", f.save, "write the weights here at the end and on Ctrl-C (safetensors, GPT-2 layout)");
+  app.add_option("--tokenizer", f.tokenizer, "the model's tokenizer: a directory with encoder.json + "
+                 "vocab.bpe, vocab.json + merges.txt, or tokenizer.json (GPT-2's, a Llama family "
+                 "model's), or a tokenizer.json file; text data, --prompt and --sample are then its tokens");
+  app.add_option("--init-from", f.init_from, "GPT-2 weights (Hugging Face safetensors layout), or a "
+                 "Llama-family Hugging Face folder (config.json + model.safetensors or its shards)");
+  app.add_option("--save", f.save, "write the weights here at the end and on Ctrl-C (GPT-2: a "
+                 "safetensors file; the Llama family: a Hugging Face folder)");
   app.add_option("--save-dtype", f.save_dtype, "the weights' type in --save's file: fp32 (F32, "
                  "the default), or bf16 (BF16, rounded to nearest even: half the bytes)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
@@ -157,7 +170,7 @@ void add_options(CLI::App& app, Flags& f) {
 
 int main(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train a GPT-2-style model with activation checkpointing (remat)"};
+  CLI::App app{"Train a GPT-2-style or Llama-family model with activation checkpointing (remat)"};
   add_options(app, f);
   CLI11_PARSE(app, argc, argv);
   // Under an MPI launcher (mpirun, mpiexec, srun --mpi=pmix) with an MPI build: one rank of a

@@ -1,8 +1,9 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// train_gpt's GPT-specific preparation, before any model exists: the tokenizer, the token data
-// (training and validation), the model's config from the flags or from a weights file, the
-// sampling prompt, and --estimate's table. Each step checks its inputs in the flags' words.
+// train_gpt's preparation, before any model exists: the tokenizer, the token data (training and
+// validation), the model's config from the flags or from the --init-from files (a GPT-2 file or
+// a Llama-family folder, family.hpp), the sampling prompt, and --estimate's table. Each step
+// checks its inputs in the flags' words.
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include <remat/nn/gpt_plan.hpp>
 #include <remat/text/tokenizer.hpp>
 
+#include "family.hpp"
 #include "flags.hpp"
 
 namespace train_gpt {
@@ -63,25 +65,30 @@ inline std::vector<std::int32_t> prompt_ids(const std::string& prompt, std::int6
   return ids;
 }
 
-// --tokenizer: GPT-2's byte-level BPE from a directory, or a Hugging Face tokenizer.json file.
+// --tokenizer: a Hugging Face tokenizer.json file, or a folder: its tokenizer.json where it has
+// one (a Hugging Face download's complete description: pre-tokenizer, added tokens; its
+// vocab.json and merges.txt say less), else GPT-2's encoder.json + vocab.bpe or vocab.json +
+// merges.txt.
 inline std::optional<text::Tokenizer> load_tokenizer(const Flags& f) {
   std::optional<text::Tokenizer> tok;
   if (f.tokenizer.empty()) return tok;
   struct ::stat sb {};
   const bool is_file = ::stat(f.tokenizer.c_str(), &sb) == 0 && S_ISREG(sb.st_mode);
-  tok.emplace(is_file ? text::Tokenizer::from_tokenizer_json(f.tokenizer)
-                      : text::Tokenizer::from_directory(f.tokenizer));
-  REMAT_CHECK(tok->eot() >= 0, "train_gpt: the tokenizer in '", f.tokenizer, "' has no <|endoftext|> "
-              "(expected GPT-2's vocabulary, where it is the document separator and the start of "
-              "an empty prompt)");
+  const std::string inside = (f.tokenizer.back() == '/' ? f.tokenizer : f.tokenizer + "/") + "tokenizer.json";
+  tok.emplace(is_file                        ? text::Tokenizer::from_tokenizer_json(f.tokenizer)
+              : io::is_regular_file(inside) ? text::Tokenizer::from_tokenizer_json(inside)
+                                            : text::Tokenizer::from_directory(f.tokenizer));
+  (void)document_separator(*tok, f.tokenizer);  // checked now, before any data is read
   return tok;
 }
 
 // The tokens of --data or --val-data (`flag`): an llm.c .bin file holds ids already; text is
-// bytes, or GPT-2 ids with --tokenizer (one document, starting with <|endoftext|> as llm.c's
-// data scripts and examples/tokenize write it). No path: the built-in text; "-": standard input.
+// bytes, or the tokenizer's ids with --tokenizer (one document, starting with the document
+// separator, <|endoftext|> for GPT-2, as llm.c's data scripts and examples/tokenize write it).
+// No path: the built-in text; "-": standard input.
 inline std::vector<std::int32_t> read_tokens(const std::string& path, const char* flag,
-                                             const std::optional<text::Tokenizer>& tok) {
+                                             const std::optional<text::Tokenizer>& tok,
+                                             const std::string& tok_path = "") {
   if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return data::read_llmc_bin(path);
   std::string text;
   if (path.empty()) {
@@ -96,11 +103,12 @@ inline std::vector<std::int32_t> read_tokens(const std::string& path, const char
   if (!tok) return data::bytes_as_tokens(text);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::int32_t> tokens = tok->encode(text);
-  tokens.insert(tokens.begin(), tok->eot());
+  const std::int32_t first = document_separator(*tok, tok_path);
+  tokens.insert(tokens.begin(), first);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "train_gpt: %s: %zu bytes -> %zu GPT-2 tokens (with <|endoftext|> first) in %.0f ms\n",
+  std::fprintf(stderr, "train_gpt: %s: %zu bytes -> %zu tokens (with %s first) in %.0f ms\n",
                path.empty() ? "built-in text" : path == "-" ? "standard input" : path.c_str(),
-               text.size(), tokens.size(), 1e3 * s);
+               text.size(), tokens.size(), tok->token_bytes(first).c_str(), 1e3 * s);
   return tokens;
 }
 
@@ -115,9 +123,11 @@ inline void check_token_ids(const std::vector<std::int32_t>& tokens, std::int64_
 
 // The model's shapes and its weights, from --init-from (its shapes decide, the flags must agree)
 // or from the flags. May shorten a default --seq to the file's positions.
+template <class Family>
 struct ModelSource {
-  nn::GPTConfig config;
-  std::map<std::string, io::HostTensor> weights;  // empty: a new model
+  typename Family::Config config;
+  typename Family::Weights weights;  // empty: a new model
+  bool from_files = false;
 };
 
 inline void note_file_heads(const Flags& f, const io::Gpt2Weights& file, const nn::GPTConfig& c,
@@ -137,9 +147,10 @@ inline void note_file_heads(const Flags& f, const io::Gpt2Weights& file, const n
   }
 }
 
-inline ModelSource model_from_file(Flags& f, const CLI::App& app,
-                                   const std::optional<text::Tokenizer>& tok) {
-  ModelSource m;
+inline ModelSource<GptFamily> gpt_from_file(Flags& f, const CLI::App& app,
+                                            const std::optional<text::Tokenizer>& tok) {
+  ModelSource<GptFamily> m;
+  m.from_files = true;
   io::Gpt2Weights file = io::read_gpt2(f.init_from);
   // NOTE [GPT-2 head count] (io/gpt2.hpp): the head count changes no shape, so a file that
   // records it decides, --heads must agree with it, and an assumed one is said first.
@@ -170,14 +181,18 @@ inline ModelSource model_from_file(Flags& f, const CLI::App& app,
   return m;
 }
 
-inline ModelSource model_from_flags(Flags& f, const CLI::App& app,
-                                    const std::optional<text::Tokenizer>& tok) {
-  ModelSource m;
-  // A new model with a tokenizer takes its vocabulary size unless --vocab pads it.
+// A new model with a tokenizer takes its vocabulary size unless --vocab pads it.
+inline void vocab_from_tokenizer(Flags& f, const CLI::App& app, const std::optional<text::Tokenizer>& tok) {
   if (tok && app.count("--vocab") == 0) f.vocab = static_cast<int>(tok->vocab_size());
   REMAT_CHECK(!tok || f.vocab >= tok->vocab_size(), "train_gpt: --vocab ", f.vocab, " is smaller "
               "than the ", tok->vocab_size(), " tokens of the tokenizer in '", f.tokenizer,
               "' (expected at least that many; leave --vocab out to take it from the tokenizer)");
+}
+
+inline ModelSource<GptFamily> gpt_from_flags(Flags& f, const CLI::App& app,
+                                             const std::optional<text::Tokenizer>& tok) {
+  ModelSource<GptFamily> m;
+  vocab_from_tokenizer(f, app, tok);
   nn::GPTConfig& c = m.config;
   c.vocab_size = f.vocab;
   c.block_size = f.seq;
@@ -187,10 +202,82 @@ inline ModelSource model_from_flags(Flags& f, const CLI::App& app,
   return m;
 }
 
-// The whole config: the shapes (file or flags), then what only the flags say.
-inline ModelSource model_source(Flags& f, const CLI::App& app,
-                                const std::optional<text::Tokenizer>& tok) {
-  ModelSource m = f.init_from.empty() ? model_from_flags(f, app, tok) : model_from_file(f, app, tok);
+// A Llama-family folder (config.json and model.safetensors, or its shards): its config decides,
+// the shape flags must agree with it.
+inline ModelSource<LlamaFamily> llama_from_files(Flags& f, const CLI::App& app,
+                                                 const std::optional<text::Tokenizer>& tok) {
+  ModelSource<LlamaFamily> m;
+  m.from_files = true;
+  m.weights = io::read_llama(f.init_from);
+  if (!m.weights.skipped.empty())
+    std::fprintf(stderr, "train_gpt: note: skipped %zu tensor(s) of '%s' that the model does not use (%s%s)\n",
+                 m.weights.skipped.size(), f.init_from.c_str(), m.weights.skipped[0].c_str(),
+                 m.weights.skipped.size() > 1 ? ", ..." : "");
+  nn::LlamaConfig& c = m.config;
+  c = m.weights.config;
+  auto agree = [&](const char* flag, std::int64_t given, std::int64_t in_file) {
+    REMAT_CHECK(app.count(flag) == 0 || given == in_file, "train_gpt: ", flag, " ", given,
+                " does not fit '", f.init_from, "', whose config.json says ", in_file,
+                " (leave the flag out to take it from the files)");
+  };
+  agree("--layers", f.layers, c.num_layers);
+  agree("--d", f.d, c.hidden_size);
+  agree("--heads", f.heads, c.num_heads);
+  agree("--kv-heads", f.kv_heads, c.num_kv_heads);
+  agree("--ffn", f.ffn, c.intermediate_size);
+  agree("--vocab", f.vocab, c.vocab_size);
+  REMAT_CHECK(!tok || c.vocab_size >= tok->vocab_size(), "train_gpt: '", f.init_from, "' has ",
+              c.vocab_size, " token embeddings but the tokenizer in '", f.tokenizer, "' has ",
+              tok->vocab_size(), " tokens (expected the model's own tokenizer.json)");
+  REMAT_CHECK(c.max_position_embeddings <= 0 || f.seq <= c.max_position_embeddings, "train_gpt: --seq ",
+              f.seq, " is longer than the ", c.max_position_embeddings, " positions '", f.init_from,
+              "' was trained for (max_position_embeddings)");
+  return m;
+}
+
+// A new Llama-style model from the shape flags: --heads (default d / 64), --kv-heads (default
+// --heads), --ffn (default 8d/3 rounded up to a multiple of 64), a tied head, rope_theta 1e4.
+inline ModelSource<LlamaFamily> llama_from_flags(Flags& f, const CLI::App& app,
+                                                 const std::optional<text::Tokenizer>& tok) {
+  ModelSource<LlamaFamily> m;
+  vocab_from_tokenizer(f, app, tok);
+  nn::LlamaConfig& c = m.config;
+  c.model_type = "llama";
+  c.vocab_size = f.vocab;
+  c.hidden_size = f.d;
+  c.num_layers = f.layers;
+  c.num_heads = f.heads > 0 ? f.heads : std::max(1, f.d / 64);
+  c.num_kv_heads = f.kv_heads > 0 ? f.kv_heads : c.num_heads;
+  REMAT_CHECK(f.d % c.num_heads == 0, "train_gpt: --d ", f.d, " is not a multiple of the ", c.num_heads,
+              " heads (expected --d = heads x head size; pass --heads)");
+  c.head_dim = f.d / c.num_heads;
+  c.intermediate_size = f.ffn > 0 ? f.ffn : (8 * std::int64_t{f.d} / 3 + 63) / 64 * 64;
+  c.max_position_embeddings = f.seq;
+  c.rms_norm_eps = 1e-5f;
+  c.rope.theta = 10000.0f;
+  c.tie_word_embeddings = true;
+  c.check("train_gpt: --model llama");
+  return m;
+}
+
+// Flags of one family only.
+inline void check_family_flags(const std::string& family, const Flags& f, const CLI::App& app) {
+  if (family == "llama") {
+    REMAT_CHECK(app.count("--dropout") == 0, "train_gpt: --dropout ", f.dropout, " applies to GPT-2; "
+                "the Llama family has no dropout (leave --dropout out)");
+    REMAT_CHECK(app.count("--vocab-multiple") == 0, "train_gpt: --vocab-multiple pads GPT-2's token "
+                "embedding; the Llama family keeps its vocabulary as the files have it (leave it out)");
+  } else {
+    REMAT_CHECK(app.count("--kv-heads") == 0 && app.count("--ffn") == 0, "train_gpt: --kv-heads and --ffn "
+                "shape a Llama-family model (expected --model llama, or --init-from a Llama-family "
+                "folder, with them)");
+  }
+}
+
+// The whole config: the shapes (files or flags), then what only the flags say.
+inline ModelSource<GptFamily> model_source(GptFamily, Flags& f, const CLI::App& app,
+                                           const std::optional<text::Tokenizer>& tok) {
+  ModelSource<GptFamily> m = f.init_from.empty() ? gpt_from_flags(f, app, tok) : gpt_from_file(f, app, tok);
   m.config.vocab_multiple = f.vocab_multiple;  // internal: files keep vocab_size rows
   m.config.dropout = f.dropout;
   m.config.precision = f.precision == "bf16" ? DType::bf16 : DType::f32;
@@ -198,9 +285,17 @@ inline ModelSource model_source(Flags& f, const CLI::App& app,
   m.config.checkpoint = nn::CheckpointStrategy::parse(f.checkpoint);
   return m;
 }
+inline ModelSource<LlamaFamily> model_source(LlamaFamily, Flags& f, const CLI::App& app,
+                                             const std::optional<text::Tokenizer>& tok) {
+  ModelSource<LlamaFamily> m = f.init_from.empty() ? llama_from_flags(f, app, tok) : llama_from_files(f, app, tok);
+  m.config.precision = f.precision == "bf16" ? DType::bf16 : DType::f32;
+  m.config.seed = f.seed;
+  m.config.checkpoint = nn::CheckpointStrategy::parse(f.checkpoint);
+  return m;
+}
 
 // The prompt of --sample, checked now rather than after training: text with --tokenizer (empty:
-// <|endoftext|>), bytes for a 256-token vocabulary, else token ids separated by blanks.
+// the document separator, <|endoftext|> for GPT-2), bytes for a 256-token vocabulary, else token ids separated by blanks.
 inline std::vector<std::int32_t> prompt_tokens(const Flags& f, const CLI::App& app,
                                                const std::optional<text::Tokenizer>& tok,
                                                std::int64_t vocab) {
@@ -211,14 +306,14 @@ inline std::vector<std::int32_t> prompt_tokens(const Flags& f, const CLI::App& a
     prompt = data::bytes_as_tokens(f.prompt);
   else if (app.count("--prompt"))
     prompt = prompt_ids(f.prompt, vocab);
-  if (prompt.empty()) prompt.push_back(tok ? tok->eot() : 0);
+  if (prompt.empty()) prompt.push_back(tok ? document_separator(*tok, f.tokenizer) : 0);
   return prompt;
 }
 
 // --estimate: the predicted peak of a training step under every fixed strategy (and the plan
 // of a budget, when --checkpoint asks for one), from the shape-only estimator; no training.
-template <class B>
-void print_estimates(const nn::GPTConfig& c, const Flags& f, const StepOptions& so) {
+template <class B, class Family>
+void print_estimates(const typename Family::Config& c, const Flags& f, const StepOptions& so) {
   std::printf("predicted peak of a training step (estimator, exact for the %s ledger), batch %d, "
               "seq %d, %s:\n", B::name, f.batch, f.seq, so.optimizer.c_str());
   std::printf("%-16s %12s %12s %12s %12s %12s %12s\n", "strategy", "peak MiB", "params",
@@ -230,10 +325,10 @@ void print_estimates(const nn::GPTConfig& c, const Flags& f, const StepOptions& 
                 mib(m.at_peak_of(Category::optimizer_state)), mib(m.at_peak_of(Category::activations)),
                 mib(m.at_peak_of(Category::temporaries)));
   };
-  for (const std::string& s : nn::fixed_strategies(c.n_layer)) {
-    nn::GPTConfig k = c;
+  for (const std::string& s : nn::fixed_strategies(Family::layers(c))) {
+    typename Family::Config k = c;
     k.checkpoint = nn::CheckpointStrategy::parse(s);
-    row(s, estimate_gpt_step<B>(k, f.batch, f.seq, so).step);
+    row(s, Family::template estimate<B>(k, f.batch, f.seq, so).step);
   }
   if (c.checkpoint.planned()) {
     const auto cp = nn::resolve_checkpoint<B>(c, f.batch, f.seq, so, {f.profile, 3});

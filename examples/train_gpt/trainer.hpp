@@ -8,8 +8,9 @@
 // The loop's parts that know nothing of GPT are the library's (include/remat/train/): the
 // loop's schedule, the progress and JSON lines, the stop signals and the ranks' agreement, the
 // output paths and the writes with a fallback, the finite-weights check, the step with
-// re-planning and the data-parallel step, the validation loss, and sampling. Here is the GPT's glue: what the
-// flags ask for (flags.hpp), the data and the model (setup.hpp), and the run that ties them.
+// re-planning and the data-parallel step, the validation loss, and sampling. Here is the glue: what the
+// flags ask for (flags.hpp), the data and the model (setup.hpp), the model families (family.hpp:
+// GPT-2 and the Llama family), and the run that ties them.
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -86,6 +87,7 @@ using namespace remat;
 // validation loss then runs one sequence per forward pass too.
 
 // Everything read and checked before the model exists.
+template <class Family>
 struct Setup {
   Flags f;                       // as parsed, with the defaults the files settle
   train::Parallel par;           // this rank, the ranks, the micro-steps per rank
@@ -94,14 +96,15 @@ struct Setup {
   std::optional<text::Tokenizer> tok;
   std::vector<std::int32_t> tokens, val_tokens;
   std::int64_t val_batches = 0;  // 0: no validation
-  ModelSource model;
+  ModelSource<Family> model;
   StepOptions so;
   std::vector<std::int32_t> prompt;
 };
 
 // The split of a step over ranks and micro-steps; --batch-invariant makes each sequence a
 // micro-step of its own (NOTE [batch-invariant]).
-inline void split_over_ranks(Setup& s, const CLI::App& app, const dist::Comm& comm) {
+template <class Family>
+void split_over_ranks(Setup<Family>& s, const CLI::App& app, const dist::Comm& comm) {
   Flags& f = s.f;
   s.par.rank = comm.rank();
   s.par.ranks = comm.size();
@@ -133,10 +136,27 @@ inline void check_ranks_agree(const Flags& f, const CLI::App& app, dist::Comm& c
                 "with other flags than rank 0 (expected the same command on every rank)");
 }
 
+// --save of a Llama-family model: a Hugging Face folder (config.json, model.safetensors), made
+// at the end when missing; its parent must exist, and an existing path must be a folder.
+inline void check_output_folder(const std::string& what, const std::string& path) {
+  struct ::stat sb {};
+  if (::stat(path.c_str(), &sb) == 0) {
+    REMAT_CHECK(S_ISDIR(sb.st_mode), what, " '", path, "' is a file (expected a folder for a Llama-family "
+                "model's config.json and model.safetensors); nothing was trained");
+    return;
+  }
+  const std::string parent = train::folder_of(path.back() == '/' ? path.substr(0, path.size() - 1) : path);
+  REMAT_CHECK(::stat(parent.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode), what, " '", path, "': the folder '",
+              parent, "' does not exist (expected an existing folder to make it in); nothing was trained");
+}
+
 // NOTE [output paths] (remat/train/output.hpp): what the run writes, and what it reads.
-inline void check_paths(const Flags& f, bool lead) {
+inline void check_paths(const Flags& f, bool lead, const std::string& family) {
   if (!f.estimate && lead) {
-    if (!f.save.empty()) train::check_output_path("train_gpt: --save", f.save);
+    if (!f.save.empty() && family == "llama")
+      check_output_folder("train_gpt: --save", f.save);
+    else if (!f.save.empty())
+      train::check_output_path("train_gpt: --save", f.save);
     if (!f.snapshot_path.empty()) train::check_output_path("train_gpt: --snapshot-path", f.snapshot_path);
   }
   train::check_input_not_directory("train_gpt: --data", f.data,
@@ -147,8 +167,9 @@ inline void check_paths(const Flags& f, bool lead) {
     struct ::stat sb {};
     if (::stat(inside.c_str(), &sb) == 0) hint = "; did you mean '" + inside + "'?";
   }
-  train::check_input_not_directory("train_gpt: --init-from", f.init_from,
-                                   "a GPT-2 weights file in safetensors format", hint);
+  if (family != "llama")  // a Llama-family --init-from is a folder (or a file in one)
+    train::check_input_not_directory("train_gpt: --init-from", f.init_from,
+                                     "a GPT-2 weights file in safetensors format", hint);
   train::check_input_not_directory("train_gpt: --resume", f.resume,
                                    "a snapshot file written by --snapshot-path");
   train::check_input_not_directory("train_gpt: --val-data", f.val_data,
@@ -157,16 +178,16 @@ inline void check_paths(const Flags& f, bool lead) {
 
 // The flags, the paths, the tokenizer, the training data and the model's config: what
 // --estimate needs too.
-inline Setup prepare(Flags f, const CLI::App& app, dist::Comm& comm) {
-  validate(f, app);
-  Setup s;
+template <class Family>
+Setup<Family> prepare(Flags f, const CLI::App& app, dist::Comm& comm) {
+  Setup<Family> s;
   s.f = std::move(f);
   split_over_ranks(s, app, comm);
   check_ranks_agree(s.f, app, comm);
-  check_paths(s.f, s.par.rank == 0);
+  check_paths(s.f, s.par.rank == 0, Family::kName);
   s.tok = load_tokenizer(s.f);
-  s.tokens = read_tokens(s.f.data, "--data", s.tok);
-  s.model = model_source(s.f, app, s.tok);
+  s.tokens = read_tokens(s.f.data, "--data", s.tok, s.f.tokenizer);
+  s.model = model_source(Family{}, s.f, app, s.tok);
   s.so.optimizer = s.f.optimizer;
   s.so.momentum = s.f.optimizer == "sgd" ? s.f.momentum : 0.0f;
   s.so.grad_clip = s.f.grad_clip;
@@ -174,11 +195,12 @@ inline Setup prepare(Flags f, const CLI::App& app, dist::Comm& comm) {
 }
 
 // --val-data: the held-out tokens and how many batches of --batch x --seq are evaluated.
-inline void prepare_validation(Setup& s, const CLI::App& app) {
+template <class Family>
+void prepare_validation(Setup<Family>& s, const CLI::App& app) {
   const Flags& f = s.f;
   const std::string file = "--val-data '" + f.val_data + "'";
-  s.val_tokens = read_tokens(f.val_data, "--val-data", s.tok);
-  check_token_ids(s.val_tokens, s.model.config.vocab_size, file.c_str());
+  s.val_tokens = read_tokens(f.val_data, "--val-data", s.tok, f.tokenizer);
+  check_token_ids(s.val_tokens, Family::vocab(s.model.config), file.c_str());
   const std::int64_t have = train::ValidationSet::available(
       static_cast<std::int64_t>(s.val_tokens.size()), s.batch_flag, f.seq);
   REMAT_CHECK(have >= 1, "train_gpt: ", file, " has ", s.val_tokens.size(), " tokens, too few for "
@@ -194,11 +216,12 @@ inline void prepare_validation(Setup& s, const CLI::App& app) {
 
 // The rest of the checks of a run that trains: the prompt, the data's ids and length, and the
 // validation data.
-inline void prepare_run(Setup& s, const CLI::App& app) {
+template <class Family>
+void prepare_run(Setup<Family>& s, const CLI::App& app) {
   const Flags& f = s.f;
-  const nn::GPTConfig& c = s.model.config;
-  s.prompt = prompt_tokens(f, app, s.tok, c.vocab_size);
-  check_token_ids(s.tokens, c.vocab_size, "the data");
+  const std::int64_t vocab = Family::vocab(s.model.config);
+  s.prompt = prompt_tokens(f, app, s.tok, vocab);
+  check_token_ids(s.tokens, vocab, "the data");
   REMAT_CHECK(static_cast<std::int64_t>(s.tokens.size()) >= s.global_seqs * f.seq + 1,
               "train_gpt: the data has ", s.tokens.size(), " tokens, too few for one batch of ",
               flag_value(app, "--batch", s.batch_flag), " x ", flag_value(app, "--seq", f.seq),
@@ -210,11 +233,12 @@ inline void prepare_run(Setup& s, const CLI::App& app) {
   if (!f.val_data.empty()) prepare_validation(s, app);
 }
 
-/// One training run on backend B, from a Setup that passed every check.
-template <class B>
+/// One training run of a model of Family (family.hpp) on backend B, from a Setup that passed
+/// every check.
+template <class B, class Family>
 class Trainer {
  public:
-  Trainer(Setup s, const CLI::App& app, dist::Comm& comm)
+  Trainer(Setup<Family> s, const CLI::App& app, dist::Comm& comm)
       : s_(std::move(s)), f_(s_.f), app_(app), comm_(comm), lead_(s_.par.rank == 0),
         tape_(f_.seed), model_(tape_, s_.model.config), params_(model_.parameters()),
         batches_(std::move(s_.tokens), s_.global_seqs, f_.seq),
@@ -226,8 +250,8 @@ class Trainer {
         loop_{f_.steps, f_.val_every, s_.val_batches > 0, f_.snapshot_every},
         snapshot_target_(!f_.snapshot_path.empty() ? f_.snapshot_path
                                                    : "train_gpt-" + std::to_string(::getpid()) + ".state") {
-    if (!s_.model.weights.empty()) io::load_gpt2(s_.model.weights, model_, f_.init_from);
-    s_.model.weights.clear();
+    if (s_.model.from_files) Family::load(s_.model.weights, model_, f_.init_from);
+    s_.model.weights = {};
     make_optimizer();
     if (s_.par.micro_batches() > 1 || f_.zero) make_data_parallel();
     if (s_.val_batches > 0)
@@ -353,12 +377,10 @@ class Trainer {
 
   void print_header() const {
     if (f_.json || !lead_) return;
-    const nn::GPTConfig& c = model_.config;
-    std::printf("GPT %lld layers, d %lld, %lld heads, vocab %lld, seq %d, batch %d: %lld parameters; "
-                "checkpoint %s; %s%s\n",
-                static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
-                static_cast<long long>(c.n_head), static_cast<long long>(c.vocab_size), f_.seq,
-                s_.batch_flag, static_cast<long long>(model_.num_parameters()), c.checkpoint.str().c_str(),
+    const auto& c = model_.config;
+    std::printf("%s, seq %d, batch %d: %lld parameters; checkpoint %s; %s%s\n",
+                Family::describe(c).c_str(), f_.seq, s_.batch_flag,
+                static_cast<long long>(model_.num_parameters()), c.checkpoint.str().c_str(),
                 c.precision == DType::bf16 ? "bf16 activations; " : "", B::describe().c_str());
     if (s_.par.micro_batches() > 1)
       std::printf("data parallel: %d rank(s) x %d micro-step(s) x %d sequences = %lld sequences per "
@@ -412,8 +434,8 @@ class Trainer {
       tape_.set_seed(dist::stream_seed(f_.seed, step, 0));  // NOTE [data parallel trainer]
       tape_.set_rng_offset(0);
       const auto idx = tape_.tokens({f_.batch, f_.seq}, x_), tgt = tape_.tokens({f_.batch, f_.seq}, y_);
-      const auto loss = use_adamw_ ? gpt_train_step(model_, *use_adamw_, idx, tgt, f_.grad_clip)
-                                   : gpt_train_step(model_, *use_sgd_, idx, tgt, f_.grad_clip);
+      const auto loss = use_adamw_ ? nn::train_lm_step(model_, *use_adamw_, idx, tgt, f_.grad_clip)
+                                   : nn::train_lm_step(model_, *use_sgd_, idx, tgt, f_.grad_clip);
       return loss.item();
     }, [&](const OutOfMemory& e) {
       const std::int64_t limit = memory_limit<B>();
@@ -495,8 +517,8 @@ class Trainer {
       for (std::int64_t p = 0; p < parts; ++p) {
         const std::vector<std::int32_t> xs(x.begin() + p * n, x.begin() + (p + 1) * n);
         const std::vector<std::int32_t> ys(y.begin() + p * n, y.begin() + (p + 1) * n);
-        sum += model_.loss(tape_.tokens({rows, f_.seq}, xs), tape_.tokens({rows, f_.seq}, ys),
-                           /*training=*/false).item();
+        sum += Family::eval_loss(model_, tape_.tokens({rows, f_.seq}, xs), tape_.tokens({rows, f_.seq}, ys))
+                   .item();
       }
       return sum / static_cast<double>(parts);
     });
@@ -549,7 +571,7 @@ class Trainer {
     std::string why;
     const std::string at = train::write_with_fallback(
         f_.save, "train_gpt", [&](const std::string& p) {
-          io::save_gpt2(p, model_, f_.save_dtype == "bf16" ? DType::bf16 : DType::f32);
+          Family::save(p, model_, f_.save_dtype == "bf16" ? DType::bf16 : DType::f32);
         }, why);
     if (why.empty()) {
       if (!f_.json)
@@ -600,16 +622,16 @@ class Trainer {
   // --sample N from --prompt: text with --tokenizer (ids past the tokenizer's vocabulary, llm.c's
   // padding, are never drawn), bytes when the vocabulary is 256, else token ids.
   void sample() {
-    const nn::GPTConfig& c = model_.config;
+    const std::int64_t V = Family::vocab(model_.config);
     train::SampleOptions o;
     o.temperature = f_.temperature;
     o.seed = f_.seed;
-    o.context = c.block_size;
-    o.drawable = s_.tok ? s_.tok->vocab_size() : c.vocab_size;
+    o.context = Family::context(model_.config, f_.seq);
+    o.drawable = s_.tok ? std::min(s_.tok->vocab_size(), V) : V;
     const auto last_logits = [&](const std::vector<std::int32_t>& window) {
       const std::int64_t T = static_cast<std::int64_t>(window.size());
-      const std::vector<float> logits = model_(tape_.tokens({1, T}, window), /*training=*/false).to_vector();
-      return std::vector<float>(logits.begin() + (T - 1) * c.vocab_size, logits.begin() + T * c.vocab_size);
+      const std::vector<float> logits = Family::logits(model_, tape_.tokens({1, T}, window)).to_vector();
+      return std::vector<float>(logits.begin() + (T - 1) * V, logits.begin() + T * V);
     };
     const std::vector<std::int32_t> generated =
         train::generate(last_logits, s_.prompt, f_.sample, o, [] { return train::stop_signal() == 0; });
@@ -618,7 +640,7 @@ class Trainer {
       // Tokens' bytes may split a UTF-8 character: the text is repaired as GPT-2's decode does
       // (errors="replace"), so the terminal gets valid UTF-8.
       out = text::to_valid_utf8(f_.prompt + s_.tok->decode(generated));
-    } else if (c.vocab_size == 256) {
+    } else if (V == 256) {
       out = f_.prompt;
       for (auto t : generated) out += static_cast<char>(t);
     } else {
@@ -627,13 +649,13 @@ class Trainer {
     std::printf("sample: %s\n", out.c_str());
   }
 
-  Setup s_;
+  Setup<Family> s_;
   const Flags& f_;
   const CLI::App& app_;
   dist::Comm& comm_;
   const bool lead_;  // rank 0: prints and writes
   Tape<B> tape_;
-  nn::GPT<B> model_;
+  typename Family::template Model<B> model_;
   const std::vector<Tensor<B>> params_;
   std::optional<optim::AdamW<B>> adamw_;
   std::optional<optim::SGD<B>> sgd_;
@@ -654,19 +676,30 @@ class Trainer {
   double total_s_ = 0.0;             // the steps' time, for the ETA
 };
 
-/// The whole run on backend B, after the flags are parsed: returns the exit code.
-template <class B>
-int train(Flags f, const CLI::App& app, dist::Comm& comm) {
-  Setup s = prepare(std::move(f), app, comm);
+/// The whole run of a Family model on backend B: returns the exit code.
+template <class B, class Family>
+int train_family(Flags f, const CLI::App& app, dist::Comm& comm) {
+  Setup<Family> s = prepare<Family>(std::move(f), app, comm);
   if (s.f.estimate) {
-    print_estimates<B>(s.model.config, s.f, s.so);
+    print_estimates<B, Family>(s.model.config, s.f, s.so);
     return 0;
   }
   prepare_run(s, app);
   if (!s.f.memory_limit.empty())
     set_memory_limit<B>(parse_bytes(s.f.memory_limit, "train_gpt: --memory-limit"));
-  Trainer<B> trainer(std::move(s), app, comm);
+  Trainer<B, Family> trainer(std::move(s), app, comm);
   return trainer.run();
+}
+
+/// The whole run on backend B, after the flags are parsed: the flags' checks, then the model
+/// family's run (NOTE [model families] in family.hpp). Returns the exit code.
+template <class B>
+int train(Flags f, const CLI::App& app, dist::Comm& comm) {
+  validate(f, app);
+  const std::string family = family_of(f);
+  check_family_flags(family, f, app);
+  if (family == "llama") return train_family<B, LlamaFamily>(std::move(f), app, comm);
+  return train_family<B, GptFamily>(std::move(f), app, comm);
 }
 
 }  // namespace train_gpt

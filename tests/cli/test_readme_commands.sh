@@ -2,9 +2,10 @@
 # The README's commands, as written (issue 26, acceptance 5): every line of a ```sh block of
 # README.md that runs build/examples/train_gpt or build/examples/tokenize (mpirun included) runs
 # here and must exit 0. The files they name are made first, small: text (input.txt, train.txt,
-# val.txt, my.txt), llm.c token files (train.bin), a model (model.safetensors), and a "gpt2/"
+# val.txt, my.txt), llm.c token files (train.bin), a model (model.safetensors), a "gpt2/"
 # folder holding a tokenizer of GPT-2's format learned here (make_tiny_tokenizer) and a small
-# model of its vocabulary. What changes: `...` stands for a small model (the README's "the flags
+# model of its vocabulary, and a Llama-family folder "SmolLM2-135M/" (that tokenizer as a
+# tokenizer.json, a small nn::Llama). What changes: `...` stands for a small model (the README's "the flags
 # before"), `build/examples/` for the built programs, mpirun gets the test's MPI flags, a
 # train_gpt command that gives no --steps trains 5 steps, not the default 50 (CI's time), and
 # a `# then: --resume FILE` comment runs as the next command. Lines under srun need Slurm:
@@ -18,7 +19,8 @@ MPIEXEC=${1:-}
 MPI_FLAGS=("$@")
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
-. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # ok, bad
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/common.sh"  # ok, bad
 cd "$DIR" || exit 1
 
 # Text with some structure, about 40 KB (enough for --seq 256 --batch 8 in bytes, and for
@@ -41,6 +43,12 @@ mkdir gpt2
 V=$("$MAKE_TOK" my.txt 300 gpt2) || { bad "make_tiny_tokenizer"; exit 1; }
 "$BIN" --layers 2 --d 32 --heads 2 --seq 256 --vocab "$V" --steps 0 --save gpt2/model.safetensors \
   >/dev/null 2>prep.err || { bad "a GPT-2-style model: $(cat prep.err)"; exit 1; }
+# SmolLM2-135M/: a small Llama-family folder, its tokenizer.json the tokenizer above
+mkdir SmolLM2-135M
+python3 "$HERE/tokenizer_json.py" gpt2 SmolLM2-135M/tokenizer.json ||
+  { bad "a tokenizer.json"; exit 1; }
+"$BIN" --model llama --layers 2 --d 32 --heads 2 --kv-heads 1 --seq 512 --vocab "$V" --steps 0 \
+  --save SmolLM2-135M >/dev/null 2>prep.err || { bad "a Llama-family folder: $(cat prep.err)"; exit 1; }
 
 # The commands: ```sh blocks, continuation lines joined, comments kept apart.
 mapfile -t lines < <(awk '

@@ -106,6 +106,23 @@ if grep -Eq "^budget 14\.[0-9]+ GiB" "$DIR/auto.txt"; then
 if grep -q "exact for the cuda ledger" "$DIR/est.txt" && grep -q "^block " "$DIR/est.txt" &&
    grep -q "certified ledger peak" "$DIR/est.txt"; then ok "--estimate on cuda"; else bad "cuda --estimate: $(cat "$DIR/est.txt")"; fi
 
+# 3b. A Llama-family model (issue 28): grouped-query attention, RMSNorm, rope and SwiGLU on the
+# device; cuda = cpu, checkpointed = plain bit for bit on the device, bf16 too; its folder moves.
+llama=(--model llama --layers 2 --d 32 --heads 4 --kv-heads 2 --seq 16 --batch 2 --lr 1e-3)
+run "llama cpu" "$DIR/lcpu.jsonl" "${llama[@]}" "${cpu[@]}" --steps 4 --save "$DIR/lsaved"
+run "llama cuda" "$DIR/lcuda.jsonl" "${llama[@]}" "${gpu[@]}" --steps 4
+close "llama: cuda losses = cpu losses" "$DIR/lcpu.jsonl" "$DIR/lcuda.jsonl" 1e-4
+run "llama cuda block" "$DIR/lblock.jsonl" "${llama[@]}" "${gpu[@]}" --steps 4 --checkpoint block
+if [ -s "$DIR/lblock.jsonl" ] && [ "$(losses "$DIR/lblock.jsonl")" = "$(losses "$DIR/lcuda.jsonl")" ]; then
+  ok "llama on the emulated device: block = none bit for bit"; else
+  bad "llama cuda block [$(losses "$DIR/lblock.jsonl")] vs none [$(losses "$DIR/lcuda.jsonl")]"; fi
+run "llama cuda bf16" "$DIR/lbf.jsonl" "${llama[@]}" "${gpu[@]}" --steps 4 --precision bf16
+run "llama cpu bf16" "$DIR/lbfc.jsonl" "${llama[@]}" "${cpu[@]}" --steps 4 --precision bf16
+close "llama bf16: cuda losses = cpu losses" "$DIR/lbfc.jsonl" "$DIR/lbf.jsonl" 1e-3
+run "llama folder on cuda" "$DIR/lfold.jsonl" --init-from "$DIR/lsaved" --seq 16 --batch 2 "${gpu[@]}" --steps 2
+run "llama folder on cpu" "$DIR/lfoldc.jsonl" --init-from "$DIR/lsaved" --seq 16 --batch 2 "${cpu[@]}" --steps 2
+close "a Llama folder trains alike on cuda and cpu" "$DIR/lfoldc.jsonl" "$DIR/lfold.jsonl" 1e-4
+
 # 4. A diverged run stops at its step; sampling; flags that do not apply to a GPU.
 "$BIN" "${tiny[@]}" "${gpu[@]}" --steps 20 --json --lr 1e38 >"$DIR/out" 2>"$DIR/err"
 rc=$?

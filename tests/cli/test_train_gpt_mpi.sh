@@ -30,6 +30,16 @@ l2=$(losses "$DIR/np2.jsonl"); l1=$(losses "$DIR/np1.jsonl"); l4=$(losses "$DIR/
   ok "4 ranks x 1 micro-step = 2 ranks x 2 micro-steps: losses and weights bit for bit" ||
   bad "4 ranks [$l4] vs 2 ranks [$l2]; weights: $(cmp "$DIR/np4.st" "$DIR/np2.st" 2>&1)"
 
+# A Llama-family model (issue 28): the same rule, its folder's bytes included.
+llama=(--model llama --layers 2 --d 32 --heads 4 --kv-heads 2 --seq 16 --threads 1 --checkpoint block --json
+       --batch 2 --global-batch 8)
+np 2 "${llama[@]}" --steps 4 --save "$DIR/l2" > "$DIR/l2.jsonl" 2>"$DIR/err" || bad "llama, 2 ranks: $(cat "$DIR/err")"
+"$BIN" "${llama[@]}" --steps 4 --save "$DIR/l1" > "$DIR/l1.jsonl" 2>"$DIR/err" || bad "llama, 1 process: $(cat "$DIR/err")"
+[ -n "$(losses "$DIR/l2.jsonl")" ] && [ "$(losses "$DIR/l1.jsonl")" = "$(losses "$DIR/l2.jsonl")" ] &&
+  cmp -s "$DIR/l1/model.safetensors" "$DIR/l2/model.safetensors" &&
+  ok "llama: 1 process x 4 micro-steps = 2 ranks x 2 micro-steps: losses and weights bit for bit" ||
+  bad "llama: 1 process [$(losses "$DIR/l1.jsonl")] vs 2 ranks [$(losses "$DIR/l2.jsonl")]"
+
 # ZeRO-1 (--zero): the same training, bit for bit, with each rank's AdamW moments halved.
 np 2 "${run[@]}" --steps 6 --zero --save "$DIR/z2.st" > "$DIR/z2.jsonl" 2>"$DIR/err" || bad "2 ranks --zero: $(cat "$DIR/err")"
 state() { grep -o '"optimizer_state_bytes":[0-9]*' "$1" | tail -n 1 | sed 's/.*://'; }

@@ -1,7 +1,8 @@
 #pragma once
 // SPDX-License-Identifier: MIT
 // Hugging Face's config.json of a Llama-family decoder (model_type llama, qwen2, qwen3) read
-// into nn::LlamaConfig. Needs nlohmann-json (Debian: nlohmann-json3-dev).
+// into nn::LlamaConfig (parse_llama_config, read_llama_config), and written back from one
+// (llama_config_json). Needs nlohmann-json (Debian: nlohmann-json3-dev).
 //
 // NOTE [config.json fields]: every field is one of three kinds, and a field of none of them is
 // an error naming it (a field that changes the math is never silently ignored):
@@ -193,6 +194,37 @@ inline nn::LlamaConfig parse_llama_config(std::string_view text, const std::stri
 inline nn::LlamaConfig read_llama_config(const std::string& path) {
   const std::vector<char> text = read_file(path, "read_llama_config", kConfigJsonMaxBytes, "a config.json");
   return parse_llama_config(std::string_view(text.data(), text.size()), path);
+}
+
+/// The config.json of c, as Hugging Face writes one (parse_llama_config reads it back).
+inline std::string llama_config_json(const nn::LlamaConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {c.model_type == "llama" ? "LlamaForCausalLM" : c.model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                                                                               : "Qwen3ForCausalLM"};
+  j["model_type"] = c.model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_heads;
+  j["num_key_value_heads"] = c.num_kv_heads;
+  j["head_dim"] = c.head_dim;
+  if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope.theta;
+  if (c.rope.factor > 0)
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", c.rope.factor},
+                         {"low_freq_factor", c.rope.low_freq_factor},
+                         {"high_freq_factor", c.rope.high_freq_factor},
+                         {"original_max_position_embeddings", c.rope.original_max_position_embeddings}};
+  else
+    j["rope_scaling"] = nullptr;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (c.model_type != "qwen2") j["attention_bias"] = c.qkv_bias;
+  j["hidden_act"] = "silu";
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
 }
 
 }  // namespace io

@@ -269,37 +269,6 @@ void load_llama(const LlamaFiles& files, nn::Llama<B>& model) {
   }
 }
 
-/// The config.json of c, as Hugging Face writes one (parse_llama_config reads it back).
-inline std::string llama_config_json(const nn::LlamaConfig& c) {
-  nlohmann::ordered_json j;
-  j["architectures"] = {c.model_type == "llama" ? "LlamaForCausalLM" : c.model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                                                                               : "Qwen3ForCausalLM"};
-  j["model_type"] = c.model_type;
-  j["vocab_size"] = c.vocab_size;
-  j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.intermediate_size;
-  j["num_hidden_layers"] = c.num_layers;
-  j["num_attention_heads"] = c.num_heads;
-  j["num_key_value_heads"] = c.num_kv_heads;
-  j["head_dim"] = c.head_dim;
-  if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
-  j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope.theta;
-  if (c.rope.factor > 0)
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", c.rope.factor},
-                         {"low_freq_factor", c.rope.low_freq_factor},
-                         {"high_freq_factor", c.rope.high_freq_factor},
-                         {"original_max_position_embeddings", c.rope.original_max_position_embeddings}};
-  else
-    j["rope_scaling"] = nullptr;
-  j["tie_word_embeddings"] = c.tie_word_embeddings;
-  if (c.model_type != "qwen2") j["attention_bias"] = c.qkv_bias;
-  j["hidden_act"] = "silu";
-  j["torch_dtype"] = "float32";
-  return j.dump(2) + "\n";
-}
-
 /// Saves the model as a Hugging Face folder: dir/config.json and dir/model.safetensors, F32 or
 /// (dtype bf16) BF16 rounded to nearest even from the fp32 masters; read_llama reads it back.
 template <class B>

@@ -161,6 +161,16 @@ inline plan::Schedule fixed_schedule(const CheckpointStrategy& s, std::int64_t L
   return out;
 }
 
+/// The schedule a model of L blocks runs for strategy cs: a planned one's (budget, auto: an
+/// error naming `who` and `hint` when it has none yet), else fixed_schedule(cs, L).
+inline std::shared_ptr<const plan::Schedule> schedule_of(const CheckpointStrategy& cs, std::int64_t L,
+                                                         const std::string& who, const std::string& hint) {
+  if (!cs.planned()) return std::make_shared<const plan::Schedule>(fixed_schedule(cs, L));
+  REMAT_CHECK(cs.schedule != nullptr, who, ": checkpoint strategy '", cs.str(), "' has no plan yet (hint: ",
+              hint, ")");
+  return cs.schedule;
+}
+
 /// Runs the block steps of a schedule over blocks 1..L (stages 0 and L+1, the embedding and
 /// the head, are the caller's): a keep step runs block i with its option (0: as is; else a
 /// segment of its own under block_policy(option)), a segment step checkpoints a run of blocks

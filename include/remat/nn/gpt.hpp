@@ -113,15 +113,9 @@ class GPT : public Module<B> {
   }
   /// The blocks on the residual stream x (B, T, C), checkpointed per config.checkpoint.
   Tensor<B> blocks(Tensor<B> x, bool training = true) const {
-    const CheckpointStrategy& cs = config.checkpoint;
-    std::shared_ptr<const plan::Schedule> schedule = cs.schedule;
-    if (cs.planned())
-      REMAT_CHECK(schedule != nullptr, "remat::nn::GPT: checkpoint strategy '", cs.str(),
-                  "' has no plan yet (hint: config.checkpoint = nn::plan_checkpoint<Cpu>(config, "
-                  "batch, seq).strategy, from remat/nn/gpt_plan.hpp)");
-    else
-      schedule = std::make_shared<const plan::Schedule>(
-          fixed_schedule(cs, static_cast<std::int64_t>(h.size())));
+    const auto schedule = schedule_of(config.checkpoint, static_cast<std::int64_t>(h.size()), "remat::nn::GPT",
+                                      "config.checkpoint = nn::plan_checkpoint<Cpu>(config, batch, "
+                                      "seq).strategy, from remat/nn/gpt_plan.hpp");
     return run_schedule(schedule, *schedule, std::move(x), training);
   }
   /// Runs the block steps of a schedule (stages 1..L; the embedding and head steps are run by

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "remat/core/grad_mode.hpp"
+#include "remat/nn/block_plan.hpp"
 #include "remat/nn/gpt.hpp"
 #include "remat/nn/gpt_estimate.hpp"
 #include "remat/plan/chain.hpp"
@@ -28,12 +29,6 @@
 
 namespace remat {
 namespace nn {
-
-/// How the chain's times are found.
-struct ProfileOptions {
-  bool measure = false;  // time each stage on the real backend (median of `repeats`); else FLOPs
-  int repeats = 3;
-};
 
 namespace detail {
 
@@ -163,14 +158,7 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
     take(g.embedding, t.embedding);
     take(g.head, t.head);
     for (std::size_t k = 0; k < g.block.size(); ++k) take(g.block[k], t.block[k]);
-    // Each option replays more than the one before it, so it cannot be faster: where timing
-    // noise says otherwise (a 1-2% effect on a shared machine), the measured order is not
-    // trusted and the option is put 1% behind its predecessor.
-    for (std::size_t k = 1; k < g.block.size(); ++k) {
-      detail::StageCost& o = g.block[k];
-      const double floor = 1.01 * (g.block[k - 1].fwd_s + g.block[k - 1].bwd_s);
-      if (o.fwd_s + o.bwd_s < floor) o.bwd_s = floor - o.fwd_s;
-    }
+    // (the options' order is enforced on the chain below: detail::order_options)
   } else {
     detail::flop_times(c, batch, seq, g);
   }
@@ -196,6 +184,7 @@ plan::Chain gpt_chain(const GPTConfig& c, std::int64_t batch, std::int64_t seq,
     b.nograd_extra = g.block[0].nograd_extra;
     for (int k = 0; k < kBlockOptions; ++k)
       b.options.push_back(detail::to_option(block_option_name(k), g.block[static_cast<std::size_t>(k)]));
+    if (po.measure && can_time) detail::order_options(b);
     chain.stages.push_back(b);
   }
   plan::Stage head;
@@ -219,81 +208,6 @@ inline std::int64_t process_headroom(const GPTConfig& c, std::int64_t tokens,
   return plan::process_headroom(process_overhead(c, tokens), ledger_peak);
 }
 
-/// What a budget bounds, and how hard plan_checkpoint looks.
-struct PlanOptions {
-  /// true: the budget bounds what the device holds: on the CPU the process's memory growth, so
-  /// a plan's ledger peak plus process_headroom(config, tokens, peak) must fit; on a backend
-  /// whose allocator the estimator models (CUDA), the bytes that allocator reserves.
-  /// false: the ledger alone (what set_memory_limit counts).
-  bool bound_process = true;
-  /// Also certify every fixed strategy and the DP's leanest plan, so that
-  /// CheckpointPlan::leanest is the smallest feasible budget.
-  bool find_leanest = false;
-};
-
-/// A budget's plan for a GPT step, certified: `estimate` is the exact ledger of running
-/// `strategy` (the estimator), and its peak is <= `budget`.
-struct CheckpointPlan {
-  CheckpointStrategy strategy;  // for config.checkpoint: the schedule below
-  std::string source;           // "planner", or the fixed strategy that was as fast and fit
-  plan::Plan plan;              // the schedule with the planner's predicted time and peak
-  StepEstimate estimate;        // the ledger of that schedule, to the byte
-  std::int64_t budget = 0;
-  std::int64_t leanest = 0;     // the least budget among the candidates tried that would fit:
-                                // the smallest feasible budget with PlanOptions::find_leanest
-  double plan_s = 0;            // time spent planning (profile, DP, estimates)
-
-  std::int64_t peak() const noexcept { return estimate.peak(); }
-  std::int64_t overhead = 0;     // beyond the ledger: process_overhead(config, tokens) on the
-                                // CPU, the caching allocator's reserve over its peak on a GPU
-  /// The process's predicted memory growth: the ledger's peak plus the overhead.
-  std::int64_t process_peak() const noexcept { return peak() + overhead; }
-  /// One line: "3 segments (nested 2 deep); blocks kept with 5 keep_all, 3 save_linear".
-  std::string summary() const {
-    std::vector<int> uses(kBlockOptions, 0);
-    int depth = 0;
-    const int L = static_cast<int>(plan.rows.size()) - 2;
-    auto walk = [&](const auto& self, const plan::Schedule& s, int d) -> void {
-      depth = std::max(depth, d);
-      for (const plan::Step& st : s) {
-        if (st.kind == plan::Step::Kind::segment)
-          self(self, st.inner, d + 1);
-        else if (st.first >= 1 && st.first <= L && d == 0)
-          ++uses[static_cast<std::size_t>(st.option)];
-      }
-    };
-    walk(walk, plan.schedule, 0);
-    std::string s = remat::detail::cat(plan.segments, " segments");
-    if (depth > 1) s += remat::detail::cat(" (nested ", depth, " deep)");
-    std::string kept;
-    for (int k = 0; k < kBlockOptions; ++k)
-      if (uses[static_cast<std::size_t>(k)] > 0)
-        kept += remat::detail::cat(kept.empty() ? "" : ", ", uses[static_cast<std::size_t>(k)], " ",
-                                   block_option_name(k));
-    if (!kept.empty()) s += "; blocks outside segments: " + kept;
-    return s + "; certified peak " + format_bytes(peak());
-  }
-  /// The plan's table, then its certified peak by category.
-  std::string table() const {
-    const MemoryStats& m = estimate.step;
-    std::string s = plan.table();
-    s += remat::detail::cat("schedule from ", source, "; the DP's peak above counts every gradient "
-                            "through the whole step, the estimator's below is exact: certified ledger peak ",
-                            format_bytes(m.peak_total), ", process about ",
-                            format_bytes(process_peak()), ", budget ", format_bytes(budget),
-                            " (", bytes_at_peak(m), ")\n");
-    return s;
-  }
-};
-
-/// The fixed strategies the planner's plan is checked against (and which it falls back to where
-/// one is faster in the model and fits too).
-inline std::vector<std::string> fixed_strategies(std::int64_t L) {
-  std::vector<std::string> s = {"none", "selective", "block", "sqrt"};
-  for (std::int64_t n = 2; n < L; n *= 2) s.push_back("every:" + std::to_string(n));
-  return s;
-}
-
 /// The fastest schedule for config c at batch x seq whose whole training step peaks at most at
 /// `budget` bytes on Target, by the estimator's exact count. The DP (plan/planner.hpp) proposes,
 /// the estimator certifies; a proposal over budget is re-planned below it. Throws remat::Error
@@ -304,71 +218,16 @@ CheckpointPlan plan_checkpoint(const GPTConfig& c, std::int64_t batch, std::int6
                                const ProfileOptions& po = {}, const PlanOptions& pl = {}) {
   const double t0 = detail::now_s();
   const plan::Chain chain = gpt_chain<Target>(c, batch, seq, so, po);
-  CheckpointStrategy base = c.checkpoint;
-  if (!base.planned()) {
-    base = CheckpointStrategy{};
-    base.kind = CheckpointStrategy::Kind::budget;
-    base.spec = "budget:" + format_bytes(budget);
-  }
-  base.budget_bytes = budget;
-  auto certify = [&](const plan::Schedule& s) {
+  auto certify = [&](const CheckpointStrategy& cs) {
     GPTConfig cfg = c;
-    cfg.checkpoint = base;
-    cfg.checkpoint.schedule = std::make_shared<const plan::Schedule>(s);
+    cfg.checkpoint = cs;
     return estimate_gpt_step<Target>(cfg, batch, seq, so);
   };
-  // the bytes a plan needs of the budget: its ledger peak, plus the process's headroom (the
-  // CPU), or what the caching allocator reserves (a backend with a ReservedModel: the GPU)
-  auto needs = [&](const StepEstimate& e) -> std::int64_t {
-    if (!pl.bound_process) return e.peak();
-    if (e.reserved_peak > 0) return std::max(e.peak(), e.reserved_peak);
-    return e.peak() + process_headroom(c, batch * seq, e.peak());
-  };
-  std::vector<plan::NamedSchedule> fixed;
-  for (const std::string& name : fixed_strategies(c.n_layer))
-    fixed.push_back({name, fixed_schedule(CheckpointStrategy::parse(name), c.n_layer)});
-  plan::FitOptions fo;
-  fo.find_leanest = pl.find_leanest;
-  const plan::Fit fit =
-      plan::fit_budget(chain, budget, detail::gpt_parameter_bytes(c), certify, needs, fixed, fo);
-  if (!fit.found) {
-    const MemoryStats& m = fit.leanest.step;
-    const std::int64_t need = fit.leanest_need;
-    throw Error(remat::detail::cat(
-        "remat::nn::plan_checkpoint: no schedule fits a training step of GPT (", c.n_layer,
-        " layers, d ", c.n_embd, ", batch ", batch, ", seq ", seq, ") into ", format_bytes(budget),
-        " (", budget, " bytes); the smallest found needs ", format_bytes(need), " (", need,
-        " bytes", pl.bound_process ? remat::detail::cat(", of which ",
-        format_bytes(need - m.peak_total), " held beyond the ledger") : "",
-        "): ", bytes_at_peak(m),
-        " (hint: raise the budget, train fewer tokens per step, or use SGD without momentum)"));
-  }
-  CheckpointPlan best;
-  best.plan = fit.plan;
-  best.estimate = fit.estimate;
-  best.source = fit.source;
-  best.budget = budget;
-  best.overhead = best.estimate.reserved_peak > 0
-                      ? best.estimate.reserved_peak - best.peak()  // the allocator's, on a GPU
-                      : process_overhead(c, batch * seq);
-  best.leanest = fit.leanest_need;
-  best.strategy = base;
-  best.strategy.schedule = std::make_shared<const plan::Schedule>(best.plan.schedule);
-  best.plan_s = detail::now_s() - t0;
-  return best;
-}
-
-using plan::kAutoMargin;
-
-/// The bytes a budget or auto strategy plans for on Target: budget:SIZE as given (never above
-/// memory_limit<Target>() when one is set); auto plan::auto_budget<Target>().
-template <class Target>
-std::int64_t budget_of(const CheckpointStrategy& s) {
-  REMAT_CHECK(s.planned(), "remat::nn::budget_of: '", s.str(), "' is a fixed strategy (expected "
-              "budget:SIZE or auto)");
-  if (s.kind == CheckpointStrategy::Kind::automatic) return plan::auto_budget<Target>();
-  const std::int64_t limit = memory_limit<Target>();
-  return limit > 0 ? std::min(s.budget_bytes, limit) : s.budget_bytes;
+  return detail::fit_blocks(chain, c.n_layer, c.checkpoint, budget, detail::gpt_parameter_bytes(c),
+                            process_overhead(c, batch * seq), certify, pl,
+                            remat::detail::cat("GPT (", c.n_layer, " layers, d ", c.n_embd, ", batch ", batch,
+                                               ", seq ", seq, ")"),
+                            t0);
 }
 
 /// Plans a budget or auto strategy in c.checkpoint for batch x seq on Target (budget_of).

@@ -1,12 +1,14 @@
 #pragma once
 // SPDX-License-Identifier: MIT
-// The basic layers: Linear (GPT-2 "Conv1D" layout, weight [in, out]), LayerNorm, Embedding.
+// The basic layers: Linear (GPT-2 "Conv1D" layout, weight [in, out]), Projection (torch.nn.Linear's
+// layout, weight [out, in]), LayerNorm, RMSNorm, Embedding.
 
 #include <cstdint>
 
 #include "remat/nn/module.hpp"
 #include "remat/ops/cast.hpp"
 #include "remat/ops/embedding.hpp"
+#include "remat/ops/elementwise.hpp"
 #include "remat/ops/layer_norm.hpp"
 #include "remat/ops/matmul.hpp"
 
@@ -32,6 +34,24 @@ class Linear : public Module<B> {
   Tensor<B> weight, bias;
 };
 
+/// torch.nn.Linear's layout: y = x W^T + b with W [out, in] and an optional bias [out]. Weights
+/// N(0, std^2), bias 0. Computed in x's type (a bf16 x takes a recorded bf16 cast of W).
+template <class B>
+class Projection : public Module<B> {
+ public:
+  Projection(Tape<B>& tape, std::int64_t in, std::int64_t out, bool with_bias, float std,
+             std::uint64_t seed)
+      : weight(this->add_parameter("weight", init::normal(tape, {out, in}, std, seed))) {
+    if (with_bias) bias = this->add_parameter("bias", init::constant(tape, {out}, 0.0f));
+  }
+  // x (..., in) -> (..., out)
+  Tensor<B> operator()(const Tensor<B>& x) const {
+    const Tensor<B> y = matmul(x, to_dtype(weight, x.dtype()), false, /*tb=*/true);
+    return bias.defined() ? y + to_dtype(bias, x.dtype()) : y;
+  }
+  Tensor<B> weight, bias;
+};
+
 /// Layer norm over the last axis: weight 1, bias 0, eps 1e-5 (GPT-2).
 template <class B>
 class LayerNorm : public Module<B> {
@@ -42,6 +62,17 @@ class LayerNorm : public Module<B> {
         eps(eps_) {}
   Tensor<B> operator()(const Tensor<B>& x) const { return layer_norm(x, weight, bias, eps); }
   Tensor<B> weight, bias;
+  float eps;
+};
+
+/// RMSNorm over the last axis, weight 1 (x / sqrt(mean(x^2) + eps) * weight).
+template <class B>
+class RMSNorm : public Module<B> {
+ public:
+  RMSNorm(Tape<B>& tape, std::int64_t C, float eps_)
+      : weight(this->add_parameter("weight", init::constant(tape, {C}, 1.0f))), eps(eps_) {}
+  Tensor<B> operator()(const Tensor<B>& x) const { return rms_norm(x, weight, eps); }
+  Tensor<B> weight;
   float eps;
 };
 

@@ -34,35 +34,6 @@
 namespace remat {
 namespace nn {
 
-/// torch.nn.Linear's layout: y = x W^T + b with W [out, in] and an optional bias [out]. Weights
-/// N(0, std^2), bias 0. Computed in x's type (a bf16 x takes a recorded bf16 cast of W).
-template <class B>
-class Projection : public Module<B> {
- public:
-  Projection(Tape<B>& tape, std::int64_t in, std::int64_t out, bool with_bias, float std,
-             std::uint64_t seed)
-      : weight(this->add_parameter("weight", init::normal(tape, {out, in}, std, seed))) {
-    if (with_bias) bias = this->add_parameter("bias", init::constant(tape, {out}, 0.0f));
-  }
-  // x (..., in) -> (..., out)
-  Tensor<B> operator()(const Tensor<B>& x) const {
-    const Tensor<B> y = matmul(x, to_dtype(weight, x.dtype()), false, /*tb=*/true);
-    return bias.defined() ? y + to_dtype(bias, x.dtype()) : y;
-  }
-  Tensor<B> weight, bias;
-};
-
-/// RMSNorm over the last axis, weight 1 (x / sqrt(mean(x^2) + eps) * weight).
-template <class B>
-class RMSNorm : public Module<B> {
- public:
-  RMSNorm(Tape<B>& tape, std::int64_t C, float eps_)
-      : weight(this->add_parameter("weight", init::constant(tape, {C}, 1.0f))), eps(eps_) {}
-  Tensor<B> operator()(const Tensor<B>& x) const { return rms_norm(x, weight, eps); }
-  Tensor<B> weight;
-  float eps;
-};
-
 /// Grouped-query self-attention with rotary embeddings (and Qwen 3's per-head q/k norm).
 template <class B>
 class LlamaAttention : public Module<B> {
@@ -180,14 +151,9 @@ class Llama : public Module<B> {
   }
   /// The blocks on the residual stream x (B, T, d), checkpointed per config.checkpoint.
   Tensor<B> blocks(Tensor<B> x) const {
-    const CheckpointStrategy& cs = config.checkpoint;
-    std::shared_ptr<const plan::Schedule> schedule = cs.schedule;
-    if (cs.planned())
-      REMAT_CHECK(schedule != nullptr, "remat::nn::Llama: checkpoint strategy '", cs.str(),
-                  "' has no plan yet (hint: give config.checkpoint a plan's schedule, or a fixed "
-                  "strategy: none, block, every:N, sqrt, save_linear)");
-    else
-      schedule = std::make_shared<const plan::Schedule>(fixed_schedule(cs, config.num_layers));
+    const auto schedule = schedule_of(config.checkpoint, config.num_layers, "remat::nn::Llama",
+                                      "config.checkpoint = nn::plan_checkpoint<Cpu>(config, batch, "
+                                      "seq).strategy, from remat/nn/llama_plan.hpp");
     const std::vector<LlamaBlock<B>>* ls = &layers;
     return run_block_schedule<B>(schedule, *schedule, std::move(x), static_cast<int>(layers.size()),
                                  "model.layers", "remat::nn::Llama",

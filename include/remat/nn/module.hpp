@@ -94,7 +94,7 @@ Tensor<B> normal(Tape<B>& tape, const Shape& shape, float std, std::uint64_t see
   shape.check_concrete("nn::init::normal");
   Tensor<B> t = tape.parameter(shape);  // through the ledger: OutOfMemory past a limit
   if constexpr (!is_meta_backend_v<B>)  // a shape-only backend has no values to draw
-    detail::fill_normal<B>(t.storage()->data(), shape.numel(), std, seed, 0x1417);
+    remat::detail::fill_normal<B>(t.storage()->data(), shape.numel(), std, seed, 0x1417);
   return t;
 }
 /// A parameter filled with `value`.

@@ -35,6 +35,7 @@
 #include "remat/core/grad_mode.hpp"
 #include "remat/core/memory.hpp"
 #include "remat/core/tape.hpp"
+#include "remat/ops/cast.hpp"
 #include "remat/optim/adamw.hpp"
 #include "remat/optim/sgd.hpp"
 #include "remat/optim/train_step.hpp"
@@ -196,19 +197,26 @@ StageCosts measure_stages(Build& build, const StepOptions& so, int repeats) {
     c.input = p.input.requires_grad() ? static_cast<std::int64_t>(p.input.bytes()) : 0;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& st = p.stages[i];
-      const bool floating = xs[i].dtype() == DType::f32;
+      // A bf16 stage (NOTE [precision policy] in ops/cast.hpp) runs between casts: its input
+      // a bf16 copy of an f32 leaf, its output widened to f32 for the seed (leaves and
+      // backward seeds are f32). Its saved bytes are corrected for the wider output below;
+      // its transients may be over by the casts' copies, which the certified estimate never is.
+      const DType in_t = xs[i].dtype(), out_t = i + 1 < n ? xs[i + 1].dtype() : DType::f32;
+      const bool floating = in_t == DType::f32 || in_t == DType::bf16;
       Tensor<B> x = xs[i];
       if (i > 0 && floating)  // a leaf of the input's shape, taking a gradient as x_i does
         x = tape.randn(xs[i].shape(), 1.0f, 1000 + i, /*requires_grad=*/true);
       const std::int64_t in_grad = x.requires_grad() ? static_cast<std::int64_t>(x.bytes()) : 0;
       const Shape out_shape = i + 1 < n ? xs[i + 1].shape() : Shape{};
       Tensor<B> dy;
+      std::int64_t widened = 0;  // the f32 output's bytes over the stage's own
       if (i + 1 < n) {
-        REMAT_CHECK(xs[i + 1].dtype() == DType::f32, fn, ": stage ", i, " ('", st.name,
-                    "') returns ", dtype_name(xs[i + 1].dtype()),
-                    " (expected f32: only the first stage may take integer ids)");
+        REMAT_CHECK(out_t == DType::f32 || out_t == DType::bf16, fn, ": stage ", i, " ('", st.name,
+                    "') returns ", dtype_name(out_t),
+                    " (expected f32 or bf16: only the first stage may take integer ids)");
         dy = tape.randn(out_shape, 1e-3f, 2000 + i);
         c.out.push_back(static_cast<std::int64_t>(xs[i + 1].bytes()));
+        widened = static_cast<std::int64_t>(dy.bytes() - xs[i + 1].bytes());
       } else {
         c.out.push_back(static_cast<std::int64_t>(loss.bytes()));
       }
@@ -219,11 +227,17 @@ StageCosts measure_stages(Build& build, const StepOptions& so, int repeats) {
       std::vector<plan::StageCost> per;
       for (std::size_t k = 0; k < st.options.size(); ++k) {
         const KeepOption& o = st.options[k];
-        auto f = [&](const Tensor<B>& in) {
+        auto run = [&](const Tensor<B>& in) {
           if (!o.segment) return st.fn(in);
           return checkpoint(CheckpointOptions{}.name(st.name).policy(o.policy), st.fn, in);
         };
-        per.push_back(plan::measure_stage(tape, f, x, dy, in_grad, repeats));
+        auto f = [&](const Tensor<B>& in) {
+          const Tensor<B> y = run(in.dtype() == in_t ? in : to_dtype(in, in_t));
+          return y.dtype() == DType::bf16 ? to_dtype(y, DType::f32) : y;
+        };
+        plan::StageCost cost = plan::measure_stage(tape, f, x, dy, in_grad, repeats);
+        cost.saved -= widened;
+        per.push_back(cost);
       }
       c.cost.push_back(std::move(per));
     }

@@ -770,10 +770,11 @@ struct CudaNn {
     for (std::int64_t b = 0; b < L.B; ++b) {
       const std::int64_t ko = b * L.kv_batch;
       const float* P = p + b * L.H * TT;
-      for (std::int64_t g = 0; g < G && dv; ++g)
-        CudaGemm::gemm_batched(true, false, T, D, T, 1.0f, P + g * TT, T, G * TT,
-                               dout + b * L.o_batch + g * L.o_head, L.o_row, G * L.o_head,
-                               set_v && g == 0 ? 0.0f : 1.0f, dv + ko, L.kv_row, L.kv_head, KVH);
+      if (dv)
+        for (std::int64_t g = 0; g < G; ++g)
+          CudaGemm::gemm_batched(true, false, T, D, T, 1.0f, P + g * TT, T, G * TT,
+                                 dout + b * L.o_batch + g * L.o_head, L.o_row, G * L.o_head,
+                                 set_v && g == 0 ? 0.0f : 1.0f, dv + ko, L.kv_row, L.kv_head, KVH);
       if (!dq && !dk) continue;
       for (std::int64_t g = 0; g < G; ++g)
         CudaGemm::gemm_batched(false, true, T, T, D, 1.0f, dout + b * L.o_batch + g * L.o_head,
